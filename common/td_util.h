@@ -1,0 +1,87 @@
+/* td_util.h: small utilities every tandem component uses: growable byte buffers, whole-file
+ * reads and read-only mmaps, monotonic time, checked allocation and string helpers. */
+#ifndef TD_UTIL_H
+#define TD_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TD_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define TD_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TD_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define TD_ALIGN_UP(x, a) (((x) + ((a)-1)) & ~((a)-1))
+
+/* A growable byte buffer. `data` is always NUL-terminated past `len` (when cap > 0), so a buffer
+ * holding text can be passed as a C string. The buffer owns `data`; td_buf_free releases it. */
+typedef struct td_buf {
+    char *data;
+    size_t len; /* bytes in use */
+    size_t cap; /* bytes allocated, including room for the terminating NUL */
+} td_buf_t;
+
+void td_buf_init(td_buf_t *b);
+void td_buf_free(td_buf_t *b);
+void td_buf_reset(td_buf_t *b); /* len = 0, keeps the allocation */
+/* Make room for `extra` more bytes. 0 or TD_ENOMEM / TD_EOVERFLOW. */
+int td_buf_reserve(td_buf_t *b, size_t extra);
+int td_buf_append(td_buf_t *b, const void *p, size_t n);
+int td_buf_append_str(td_buf_t *b, const char *s);
+int td_buf_append_char(td_buf_t *b, char c);
+int td_buf_printf(td_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Take ownership of the data (caller frees with free()); leaves `b` empty. */
+char *td_buf_steal(td_buf_t *b, size_t *len);
+
+/* Read a whole file into a new NUL-terminated buffer the caller frees. On error, td_err_msg names
+ * the file. */
+int td_file_read_all(const char *path, char **out, size_t *len);
+/* Write a file atomically (temporary file in the same directory, fsync, rename). */
+int td_file_write_atomic(const char *path, const void *data, size_t len);
+
+/* A read-only memory map of a whole file. */
+typedef struct td_mmap {
+    const uint8_t *data;
+    size_t len;
+} td_mmap_t;
+int td_mmap_open(td_mmap_t *m, const char *path);
+void td_mmap_close(td_mmap_t *m);
+
+/* Monotonic clock. */
+uint64_t td_now_ns(void);
+double td_now_s(void);
+/* Wall-clock time in nanoseconds since the Unix epoch. */
+uint64_t td_wall_ns(void);
+
+/* Allocation that aborts on failure is not offered: callers handle TD_ENOMEM. These return NULL
+ * when n * size overflows. */
+void *td_calloc(size_t n, size_t size);
+void *td_reallocarray(void *p, size_t n, size_t size);
+char *td_strdup(const char *s);
+char *td_strndup(const char *s, size_t n);
+
+/* String helpers. */
+bool td_str_eq(const char *a, const char *b); /* NULL-safe */
+bool td_str_startswith(const char *s, const char *prefix);
+bool td_str_endswith(const char *s, const char *suffix);
+/* Parse integers and booleans strictly (whole string, no trailing garbage). 0 or TD_EINVAL /
+ * TD_ERANGE. Booleans accept 1/0, true/false, yes/no, on/off. */
+int td_parse_i64(const char *s, int64_t *out);
+int td_parse_u64(const char *s, uint64_t *out);
+int td_parse_double(const char *s, double *out);
+int td_parse_bool(const char *s, bool *out);
+/* Parse a size with an optional K/M/G/T suffix (powers of 1024), e.g. "64M". */
+int td_parse_size(const char *s, uint64_t *out);
+
+/* UTF-8: length of the valid sequence starting at p (1..4), or 0 when invalid/truncated. */
+size_t td_utf8_valid_len(const uint8_t *p, size_t n);
+/* Decode one code point from a valid sequence of `len` bytes. */
+uint32_t td_utf8_decode(const uint8_t *p, size_t len);
+/* Encode a code point; returns bytes written (1..4). `out` must hold 4 bytes. */
+size_t td_utf8_encode(uint32_t cp, char *out);
+/* Length of the longest prefix of [p, p+n) that ends on a complete UTF-8 sequence. */
+size_t td_utf8_complete_prefix(const uint8_t *p, size_t n);
+
+/* Hex encode `n` bytes into `out` (2n+1 bytes with NUL). */
+void td_hex_encode(const uint8_t *p, size_t n, char *out);
+
+#endif
