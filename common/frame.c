@@ -1,0 +1,125 @@
+/* frame.c: length-prefixed protobuf frames, HMAC-SHA256, random bytes (OpenSSL). */
+#include "td_frame.h"
+#include "td_error.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <string.h>
+
+int td_frame_encode(const ProtobufCMessage *msg, td_buf_t *out)
+{
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    if (n > UINT32_MAX)
+        return TD_EOVERFLOW;
+    int rc = td_buf_reserve(out, TD_FRAME_HEADER + n);
+    if (rc)
+        return rc;
+    uint8_t *p = (uint8_t *)out->data + out->len;
+    p[0] = (uint8_t)(n >> 24);
+    p[1] = (uint8_t)(n >> 16);
+    p[2] = (uint8_t)(n >> 8);
+    p[3] = (uint8_t)n;
+    size_t packed = protobuf_c_message_pack(msg, p + TD_FRAME_HEADER);
+    TD_ASSERT(packed == n);
+    out->len += TD_FRAME_HEADER + n;
+    out->data[out->len] = '\0';
+    return 0;
+}
+
+void td_frame_reader_init(td_frame_reader_t *r, size_t max_frame)
+{
+    td_buf_init(&r->buf);
+    r->off = 0;
+    r->max_frame = max_frame ? max_frame : TD_FRAME_DEFAULT_MAX;
+}
+
+void td_frame_reader_free(td_frame_reader_t *r)
+{
+    td_buf_free(&r->buf);
+    r->off = 0;
+}
+
+static uint32_t peek_len(const td_frame_reader_t *r)
+{
+    const uint8_t *p = (const uint8_t *)r->buf.data + r->off;
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+int td_frame_reader_feed(td_frame_reader_t *r, const void *data, size_t len)
+{
+    /* Drop consumed bytes before growing, so the buffer holds at most one partial frame plus
+     * whatever arrived with it. */
+    if (r->off && r->off == r->buf.len) {
+        td_buf_reset(&r->buf);
+        r->off = 0;
+    } else if (r->off > r->buf.len / 2) {
+        memmove(r->buf.data, r->buf.data + r->off, r->buf.len - r->off);
+        r->buf.len -= r->off;
+        r->off = 0;
+    }
+    int rc = td_buf_append(&r->buf, data, len);
+    if (rc)
+        return rc;
+    if (r->buf.len - r->off >= TD_FRAME_HEADER && peek_len(r) > r->max_frame)
+        return td_err_set(TD_EPROTO, "frame of %u bytes exceeds the limit of %zu", peek_len(r),
+                          r->max_frame);
+    return 0;
+}
+
+int td_frame_reader_next(td_frame_reader_t *r, const uint8_t **payload, size_t *len)
+{
+    size_t avail = r->buf.len - r->off;
+    if (avail < TD_FRAME_HEADER)
+        return 0;
+    uint32_t n = peek_len(r);
+    if (n > r->max_frame)
+        return td_err_set(TD_EPROTO, "frame of %u bytes exceeds the limit of %zu", n,
+                          r->max_frame);
+    if (avail - TD_FRAME_HEADER < n)
+        return 0;
+    *payload = (const uint8_t *)r->buf.data + r->off + TD_FRAME_HEADER;
+    *len = n;
+    r->off += TD_FRAME_HEADER + n;
+    return 1;
+}
+
+int td_auth_mac(const void *key, size_t key_len, const void *const *parts, const size_t *lens,
+                size_t n_parts, uint8_t out[32])
+{
+    int rc = TD_EINTERNAL;
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    if (!ctx)
+        goto out;
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string("digest", "SHA256", 0),
+        OSSL_PARAM_construct_end(),
+    };
+    if (!EVP_MAC_init(ctx, key, key_len, params))
+        goto out;
+    for (size_t i = 0; i < n_parts; i++)
+        if (!EVP_MAC_update(ctx, parts[i], lens[i]))
+            goto out;
+    size_t outl = 0;
+    if (!EVP_MAC_final(ctx, out, &outl, 32) || outl != 32)
+        goto out;
+    rc = 0;
+out:
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    return rc ? td_err_set(rc, "HMAC-SHA256 failed in OpenSSL") : 0;
+}
+
+bool td_auth_equal(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    return CRYPTO_memcmp(a, b, n) == 0;
+}
+
+int td_random_bytes(void *out, size_t n)
+{
+    if (n > INT32_MAX || RAND_bytes(out, (int)n) != 1)
+        return td_err_set(TD_EINTERNAL, "no random bytes from OpenSSL");
+    return 0;
+}

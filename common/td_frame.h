@@ -1,0 +1,56 @@
+/* td_frame.h: control-plane framing and authentication primitives.
+ *
+ * On the wire every control-plane and RPC message is a 4-byte big-endian length followed by that
+ * many bytes of one serialized protobuf message (a tandem.Frame). The reader below reassembles
+ * frames from arbitrary stream chunks (libuv read callbacks hand over whatever arrived) and
+ * rejects a frame longer than its limit before buffering it, so a peer cannot make a daemon
+ * allocate without bound.
+ *
+ * Authentication is an HMAC-SHA256 challenge over the shared cluster secret; td_auth_mac computes
+ * the MAC over a list of byte strings and td_auth_equal compares MACs in constant time.
+ */
+#ifndef TD_FRAME_H
+#define TD_FRAME_H
+
+#include "td_util.h"
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TD_FRAME_HEADER 4u
+#define TD_FRAME_DEFAULT_MAX (64u << 20) /* bytes of payload */
+
+/* Append one frame (header + packed message) to `out`. 0 or TD_ENOMEM / TD_EOVERFLOW. */
+int td_frame_encode(const ProtobufCMessage *msg, td_buf_t *out);
+
+/* Incremental frame reader. Owns its buffer; td_frame_reader_free releases it. */
+typedef struct td_frame_reader {
+    td_buf_t buf;     /* bytes received and not yet consumed */
+    size_t off;       /* start of the first unconsumed byte in buf */
+    size_t max_frame; /* largest payload accepted, bytes */
+} td_frame_reader_t;
+
+void td_frame_reader_init(td_frame_reader_t *r, size_t max_frame);
+void td_frame_reader_free(td_frame_reader_t *r);
+
+/* Append received bytes. 0, TD_ENOMEM, or TD_EPROTO when a header announces a payload above the
+ * limit (the stream is then unusable: close the connection). */
+int td_frame_reader_feed(td_frame_reader_t *r, const void *data, size_t len);
+
+/* Take the next complete frame: 1 with *payload and *len pointing into the reader's buffer (valid
+ * until the next feed or next call), 0 when more bytes are needed. */
+int td_frame_reader_next(td_frame_reader_t *r, const uint8_t **payload, size_t *len);
+
+/* HMAC-SHA256(key, parts[0] || parts[1] || ...) into out[32]. 0 or TD_EINTERNAL. */
+int td_auth_mac(const void *key, size_t key_len, const void *const *parts, const size_t *lens,
+                size_t n_parts, uint8_t out[32]);
+
+/* Constant-time comparison of two byte strings of length n. */
+bool td_auth_equal(const uint8_t *a, const uint8_t *b, size_t n);
+
+/* Fill `out` with cryptographically random bytes. 0 or TD_EINTERNAL. */
+int td_random_bytes(void *out, size_t n);
+
+#endif
