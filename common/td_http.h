@@ -1,0 +1,76 @@
+/* td_http.h: the HTTP/1.1 server every daemon runs (the router's API, every daemon's /metrics and
+ * /health), built on libh2o's libuv flavour so it shares the daemon's event loop.
+ *
+ * Routes are exact paths. A handler answers at once (td_http_respond*) or starts a stream
+ * (td_http_stream_start) that the daemon feeds later from the loop (server-sent events). Request
+ * bodies arrive whole, up to `max_body` bytes; larger ones are refused with 413 before the
+ * handler runs. A client that goes away mid-stream triggers the stream's on_cancel.
+ *
+ * Threading: loop thread only. Ownership: a td_http_req_t is valid until it has been answered
+ * (or, when streaming, until td_http_stream_end); response bytes are copied.
+ */
+#ifndef TD_HTTP_H
+#define TD_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+typedef struct td_http_server td_http_server_t;
+typedef struct td_http_req td_http_req_t;
+typedef struct td_http_stream td_http_stream_t;
+
+/* Handle one request. It must answer (respond or start a stream) before returning or later from
+ * the loop. */
+typedef void (*td_http_handler_fn)(td_http_req_t *req, void *ud);
+
+typedef struct td_http_opts {
+    size_t max_body;        /* largest request body accepted, bytes; 0 = 16 MiB */
+    const char *server_name; /* Server header; NULL = "tandem" */
+} td_http_opts_t;
+
+td_http_server_t *td_http_server_new(uv_loop_t *loop, const td_http_opts_t *opts);
+/* Route requests for `path` (exact match, query string ignored) to fn. 0, TD_ENOMEM. */
+int td_http_route(td_http_server_t *s, const char *path, td_http_handler_fn fn, void *ud);
+/* Listen on "host:port" (port 0 picks one). Call after the routes are added. */
+int td_http_listen(td_http_server_t *s, const char *addr);
+int td_http_port(const td_http_server_t *s);
+/* Stop accepting, close idle connections; the server is freed once every connection is gone. */
+void td_http_server_close(td_http_server_t *s);
+
+/* Request accessors. Strings are not NUL-terminated: use the lengths. */
+const char *td_http_method(const td_http_req_t *r, size_t *len);
+const char *td_http_path(const td_http_req_t *r, size_t *len);  /* without the query string */
+const char *td_http_query(const td_http_req_t *r, size_t *len); /* after '?', or NULL */
+const char *td_http_body(const td_http_req_t *r, size_t *len);
+bool td_http_method_is(const td_http_req_t *r, const char *method);
+/* Value of a request header (case-insensitive name), or NULL. */
+const char *td_http_header(const td_http_req_t *r, const char *name, size_t *len);
+/* Peer address as text ("127.0.0.1:5555") into out. */
+void td_http_peer(const td_http_req_t *r, char *out, size_t n);
+
+/* Add a response header before responding. */
+void td_http_add_header(td_http_req_t *r, const char *name, const char *value);
+/* Answer with a complete body (copied). */
+void td_http_respond(td_http_req_t *r, int status, const char *content_type, const char *body,
+                     size_t len);
+/* Answer with an OpenAI-style error: {"error":{"message","type","param","code"}}. `param` and
+ * `code` may be NULL (rendered as null). */
+void td_http_respond_error(td_http_req_t *r, int status, const char *type, const char *param,
+                           const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* Start a streamed response (e.g. text/event-stream). on_cancel runs once if the client goes
+ * away before td_http_stream_end; after it, writes fail with TD_ECANCELED but the caller still
+ * calls td_http_stream_end to release the stream. */
+td_http_stream_t *td_http_stream_start(td_http_req_t *r, int status, const char *content_type,
+                                       void (*on_cancel)(td_http_stream_t *st, void *ud),
+                                       void *ud);
+/* Queue bytes (copied). 0, TD_ECANCELED, TD_ENOMEM. */
+int td_http_stream_write(td_http_stream_t *st, const void *data, size_t len);
+/* Bytes queued and not yet handed to the socket (back-pressure signal). */
+size_t td_http_stream_pending(const td_http_stream_t *st);
+/* Finish the response (flushes what is queued) and release the stream. */
+void td_http_stream_end(td_http_stream_t *st);
+
+#endif

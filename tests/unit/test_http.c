@@ -1,0 +1,282 @@
+/* test_http.c: the HTTP server on a real loop thread, driven by plain blocking sockets from the
+ * test: routes, bodies, 404/413 error bodies, headers, chunked streaming, client cancellation,
+ * malformed requests that must not disturb other clients. */
+#include "td_http.h"
+#include "td_util.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static uv_loop_t loop;
+static td_http_server_t *server;
+static uv_async_t stop_async;
+static _Atomic int port;
+static _Atomic int cancels;
+static pthread_t thread;
+
+/* streaming: a timer writes one event every 5 ms, then ends */
+typedef struct sse {
+    uv_timer_t timer;
+    td_http_stream_t *st;
+    int sent, total;
+    bool endless;
+} sse_t;
+
+static void sse_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void sse_tick(uv_timer_t *t)
+{
+    sse_t *s = t->data;
+    char ev[64];
+    int n = snprintf(ev, sizeof(ev), "data: {\"i\":%d}\n\n", s->sent);
+    if (td_http_stream_write(s->st, ev, (size_t)n) != 0 || (!s->endless && ++s->sent == s->total)) {
+        td_http_stream_end(s->st);
+        uv_timer_stop(t);
+        uv_close((uv_handle_t *)t, sse_closed);
+        return;
+    }
+    if (s->endless)
+        s->sent++;
+}
+
+static void sse_cancel(td_http_stream_t *st, void *ud)
+{
+    atomic_fetch_add(&cancels, 1);
+}
+
+static void h_health(td_http_req_t *r, void *ud)
+{
+    td_http_respond(r, 200, "text/plain", "ok\n", 3);
+}
+
+static void h_echo(td_http_req_t *r, void *ud)
+{
+    if (!td_http_method_is(r, "POST")) {
+        td_http_respond_error(r, 405, "invalid_request_error", NULL, NULL, "use POST");
+        return;
+    }
+    size_t len, hl;
+    const char *body = td_http_body(r, &len);
+    const char *rid = td_http_header(r, "X-Request-Id", &hl);
+    if (rid) {
+        char v[64];
+        snprintf(v, sizeof(v), "%.*s", (int)TD_MIN(hl, 60), rid);
+        td_http_add_header(r, "X-Request-Id", v);
+    }
+    td_http_respond(r, 200, "application/json", body, len);
+}
+
+static void h_sse(td_http_req_t *r, void *ud)
+{
+    sse_t *s = calloc(1, sizeof(*s));
+    s->total = 3;
+    s->endless = ud != NULL;
+    s->st = td_http_stream_start(r, 200, "text/event-stream", sse_cancel, s);
+    uv_timer_init(&loop, &s->timer);
+    s->timer.data = s;
+    uv_timer_start(&s->timer, sse_tick, 5, 5);
+}
+
+static void on_stop(uv_async_t *a)
+{
+    td_http_server_close(server);
+    uv_close((uv_handle_t *)a, NULL);
+}
+
+static void *loop_main(void *arg)
+{
+    uv_run(&loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static void setup(void)
+{
+    uv_loop_init(&loop);
+    td_http_opts_t o = {.max_body = 1024};
+    server = td_http_server_new(&loop, &o);
+    td_http_route(server, "/health", h_health, NULL);
+    td_http_route(server, "/echo", h_echo, NULL);
+    td_http_route(server, "/sse", h_sse, NULL);
+    td_http_route(server, "/endless", h_sse, (void *)1);
+    ck_assert_int_eq(td_http_listen(server, "127.0.0.1:0"), 0);
+    port = td_http_port(server);
+    ck_assert_int_gt(port, 0);
+    uv_async_init(&loop, &stop_async, on_stop);
+    pthread_create(&thread, NULL, loop_main, NULL);
+}
+
+static void teardown(void)
+{
+    uv_async_send(&stop_async);
+    pthread_join(thread, NULL); /* returns only once every handle is closed */
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+
+static int dial(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* Send a request with Connection: close and read the whole response. */
+static char *roundtrip(const char *req, size_t req_len)
+{
+    int fd = dial();
+    ck_assert_int_eq(write(fd, req, req_len), (ssize_t)req_len);
+    td_buf_t b;
+    td_buf_init(&b);
+    char tmp[4096];
+    ssize_t n;
+    while ((n = read(fd, tmp, sizeof(tmp))) > 0)
+        td_buf_append(&b, tmp, (size_t)n);
+    close(fd);
+    return td_buf_steal(&b, NULL);
+}
+
+static char *get(const char *path)
+{
+    char req[256];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                     path);
+    return roundtrip(req, (size_t)n);
+}
+
+/* Decode a chunked body that starts after the header block. */
+static char *dechunk(const char *resp)
+{
+    const char *p = strstr(resp, "\r\n\r\n");
+    ck_assert_ptr_nonnull(p);
+    p += 4;
+    td_buf_t b;
+    td_buf_init(&b);
+    for (;;) {
+        char *end;
+        unsigned long n = strtoul(p, &end, 16);
+        ck_assert(end != p);
+        p = strstr(end, "\r\n") + 2;
+        if (n == 0)
+            break;
+        td_buf_append(&b, p, n);
+        p += n + 2;
+    }
+    return td_buf_steal(&b, NULL);
+}
+
+START_TEST(test_routes_and_errors)
+{
+    char *r = get("/health");
+    ck_assert(td_str_startswith(r, "HTTP/1.1 200 OK\r\n"));
+    ck_assert_ptr_nonnull(strstr(r, "content-type: text/plain\r\n"));
+    ck_assert(td_str_endswith(r, "\r\n\r\nok\n"));
+    free(r);
+    r = get("/health?verbose=1");
+    ck_assert(td_str_startswith(r, "HTTP/1.1 200 OK\r\n"));
+    free(r);
+    r = get("/nope");
+    ck_assert(td_str_startswith(r, "HTTP/1.1 404 Not Found\r\n"));
+    ck_assert(td_str_endswith(r, "{\"error\":{\"message\":\"no route for \\/nope\",\"type\":"
+                                 "\"not_found_error\",\"param\":null,\"code\":\"not_found\"}}"));
+    free(r);
+    r = get("/echo");
+    ck_assert(td_str_startswith(r, "HTTP/1.1 405 Method Not Allowed\r\n"));
+    free(r);
+}
+END_TEST
+
+START_TEST(test_body_and_headers)
+{
+    const char body[] = "{\"model\":\"m\",\"prompt\":\"héllo\"}";
+    char req[512];
+    int n = snprintf(req, sizeof(req),
+                     "POST /echo HTTP/1.1\r\nHost: x\r\nX-Request-Id: abc-123\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                     strlen(body), body);
+    char *r = roundtrip(req, (size_t)n);
+    ck_assert(td_str_startswith(r, "HTTP/1.1 200 OK\r\n"));
+    ck_assert_ptr_nonnull(strstr(r, "x-request-id: abc-123\r\n"));
+    ck_assert(td_str_endswith(r, body));
+    free(r);
+    /* over max_body: refused before the handler runs */
+    td_buf_t big;
+    td_buf_init(&big);
+    td_buf_printf(&big, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\nConnection: "
+                        "close\r\n\r\n");
+    for (int i = 0; i < 2000; i++)
+        td_buf_append_char(&big, 'a');
+    r = roundtrip(big.data, big.len);
+    ck_assert(td_str_startswith(r, "HTTP/1.1 413"));
+    free(r);
+    td_buf_free(&big);
+}
+END_TEST
+
+START_TEST(test_stream)
+{
+    char *r = get("/sse");
+    ck_assert(td_str_startswith(r, "HTTP/1.1 200 OK\r\n"));
+    ck_assert_ptr_nonnull(strstr(r, "content-type: text/event-stream\r\n"));
+    ck_assert_ptr_nonnull(strstr(r, "transfer-encoding: chunked\r\n"));
+    char *body = dechunk(r);
+    ck_assert_str_eq(body, "data: {\"i\":0}\n\ndata: {\"i\":1}\n\ndata: {\"i\":2}\n\n");
+    free(body);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_cancel_and_garbage)
+{
+    /* a client that leaves mid-stream cancels it */
+    int fd = dial();
+    const char req[] = "GET /endless HTTP/1.1\r\nHost: x\r\n\r\n";
+    ck_assert_int_eq(write(fd, req, sizeof(req) - 1), (ssize_t)sizeof(req) - 1);
+    char tmp[256];
+    ck_assert_int_gt(read(fd, tmp, sizeof(tmp)), 0);
+    close(fd);
+    for (int i = 0; i < 500 && atomic_load(&cancels) == 0; i++)
+        usleep(10000);
+    ck_assert_int_eq(atomic_load(&cancels), 1);
+    /* garbage gets a 400 (or a close), and the server keeps serving */
+    const char junk[] = "\x01\x02 NOT HTTP\r\n\r\n";
+    char *r = roundtrip(junk, sizeof(junk) - 1);
+    ck_assert(*r == '\0' || td_str_startswith(r, "HTTP/1.1 400"));
+    free(r);
+    r = get("/health");
+    ck_assert(td_str_startswith(r, "HTTP/1.1 200 OK\r\n"));
+    free(r);
+}
+END_TEST
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN); /* as every daemon does (td_daemon_start) */
+    Suite *s = suite_create("http");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_routes_and_errors);
+    tcase_add_test(tc, test_body_and_headers);
+    tcase_add_test(tc, test_stream);
+    tcase_add_test(tc, test_cancel_and_garbage);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
