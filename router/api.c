@@ -1,0 +1,496 @@
+/* api.c: parsing and validating OpenAI and Anthropic request bodies (json-c, strict mode). */
+#include "api.h"
+#include "td_error.h"
+#include "td_util.h"
+
+#include <json-c/json.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parse state: the error's parameter name travels with the code. */
+typedef struct ctx {
+    const char *param;
+} ctx_t;
+
+static int fail(ctx_t *c, const char *param, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(ctx_t *c, const char *param, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    td_err_vset(code, fmt, ap);
+    va_end(ap);
+    c->param = param;
+    return code;
+}
+
+static json_object *field(json_object *o, const char *key)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(o, key, &v))
+        return NULL;
+    return v; /* NULL also for an explicit null: absent and null mean the same here */
+}
+
+static const char *type_name(json_object *v)
+{
+    switch (json_object_get_type(v)) {
+    case json_type_null: return "null";
+    case json_type_boolean: return "a boolean";
+    case json_type_double: return "a number";
+    case json_type_int: return "an integer";
+    case json_type_object: return "an object";
+    case json_type_array: return "an array";
+    case json_type_string: return "a string";
+    }
+    return "?";
+}
+
+/* Integers may be written as 16 or 16.0 (as Python clients sometimes send), never 16.5. */
+static int get_int(ctx_t *c, json_object *o, const char *key, int64_t lo, int64_t hi, bool *set,
+                   int64_t *out)
+{
+    json_object *v = field(o, key);
+    *set = false;
+    if (!v)
+        return 0;
+    int64_t x;
+    if (json_object_is_type(v, json_type_int)) {
+        x = json_object_get_int64(v);
+    } else if (json_object_is_type(v, json_type_double)) {
+        double d = json_object_get_double(v);
+        if (d != floor(d) || fabs(d) > 9e15)
+            return fail(c, key, TD_EINVAL, "'%s' must be an integer, got %g", key, d);
+        x = (int64_t)d;
+    } else {
+        return fail(c, key, TD_EINVAL, "'%s' must be an integer, got %s", key, type_name(v));
+    }
+    if (x < lo || x > hi)
+        return fail(c, key, TD_EINVAL, "'%s' must be in [%lld, %lld], got %lld", key,
+                    (long long)lo, (long long)hi, (long long)x);
+    *set = true;
+    *out = x;
+    return 0;
+}
+
+static int get_num(ctx_t *c, json_object *o, const char *key, double lo, double hi, bool lo_open,
+                   double *out)
+{
+    json_object *v = field(o, key);
+    if (!v)
+        return 0;
+    if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
+        return fail(c, key, TD_EINVAL, "'%s' must be a number, got %s", key, type_name(v));
+    double x = json_object_get_double(v);
+    if (!isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+        return fail(c, key, TD_EINVAL, "'%s' must be in %s%g, %g], got %g", key,
+                    lo_open ? "(" : "[", lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int get_bool(ctx_t *c, json_object *o, const char *key, bool *out)
+{
+    json_object *v = field(o, key);
+    if (!v)
+        return 0;
+    if (!json_object_is_type(v, json_type_boolean))
+        return fail(c, key, TD_EINVAL, "'%s' must be a boolean, got %s", key, type_name(v));
+    *out = json_object_get_boolean(v);
+    return 0;
+}
+
+static int get_str(ctx_t *c, json_object *o, const char *key, char **out)
+{
+    json_object *v = field(o, key);
+    if (!v)
+        return 0;
+    if (!json_object_is_type(v, json_type_string))
+        return fail(c, key, TD_EINVAL, "'%s' must be a string, got %s", key, type_name(v));
+    *out = td_strndup(json_object_get_string(v), (size_t)json_object_get_string_len(v));
+    return *out ? 0 : TD_ENOMEM;
+}
+
+static int add_stop(ctx_t *c, td_api_request_t *r, const char *param, json_object *s)
+{
+    if (!json_object_is_type(s, json_type_string))
+        return fail(c, param, TD_EINVAL, "'%s' entries must be strings, got %s", param,
+                    type_name(s));
+    if (json_object_get_string_len(s) == 0)
+        return fail(c, param, TD_EINVAL, "'%s' entries must not be empty", param);
+    if (r->n_stop >= TD_API_MAX_STOP)
+        return fail(c, param, TD_EINVAL, "at most %d stop strings", TD_API_MAX_STOP);
+    char *dup = td_strndup(json_object_get_string(s), (size_t)json_object_get_string_len(s));
+    if (!dup)
+        return TD_ENOMEM;
+    r->stop[r->n_stop++] = dup;
+    return 0;
+}
+
+static int get_stop(ctx_t *c, json_object *o, const char *key, td_api_request_t *r)
+{
+    json_object *v = field(o, key);
+    if (!v)
+        return 0;
+    r->stop = calloc(TD_API_MAX_STOP, sizeof(char *));
+    if (!r->stop)
+        return TD_ENOMEM;
+    if (!json_object_is_type(v, json_type_array))
+        return add_stop(c, r, key, v);
+    int rc = 0;
+    for (size_t i = 0; i < json_object_array_length(v) && !rc; i++)
+        rc = add_stop(c, r, key, json_object_array_get_idx(v, i));
+    return rc;
+}
+
+/* An array of token ids; `what` names it in errors. */
+static int get_ids(ctx_t *c, json_object *v, const char *param, int32_t **ids, size_t *n)
+{
+    size_t len = json_object_array_length(v);
+    *ids = malloc((len ? len : 1) * sizeof(int32_t));
+    if (!*ids)
+        return TD_ENOMEM;
+    for (size_t i = 0; i < len; i++) {
+        json_object *e = json_object_array_get_idx(v, i);
+        if (!json_object_is_type(e, json_type_int))
+            return fail(c, param, TD_EINVAL, "'%s' must hold token ids (integers), element %zu is %s",
+                        param, i, type_name(e));
+        int64_t id = json_object_get_int64(e);
+        if (id < 0 || id > INT32_MAX)
+            return fail(c, param, TD_EINVAL, "'%s': token id %lld out of range", param,
+                        (long long)id);
+        (*ids)[i] = (int32_t)id;
+    }
+    *n = len;
+    return 0;
+}
+
+static int parse_prompts(ctx_t *c, json_object *o, td_api_request_t *r)
+{
+    json_object *p = field(o, "prompt");
+    if (!p)
+        return fail(c, "prompt", TD_EINVAL, "'prompt' is required");
+    if (json_object_is_type(p, json_type_string)) {
+        r->prompts = calloc(1, sizeof(*r->prompts));
+        if (!r->prompts)
+            return TD_ENOMEM;
+        r->n_prompts = 1;
+        r->prompts[0].text = td_strndup(json_object_get_string(p),
+                                        (size_t)json_object_get_string_len(p));
+        if (!r->prompts[0].text)
+            return TD_ENOMEM;
+        if (!*r->prompts[0].text)
+            return fail(c, "prompt", TD_EINVAL, "'prompt' must not be empty");
+        return 0;
+    }
+    if (!json_object_is_type(p, json_type_array))
+        return fail(c, "prompt", TD_EINVAL,
+                    "'prompt' must be a string, an array of strings, an array of token ids or "
+                    "an array of arrays of token ids; got %s", type_name(p));
+    size_t len = json_object_array_length(p);
+    if (len == 0)
+        return fail(c, "prompt", TD_EINVAL, "'prompt' must not be empty");
+    json_object *first = json_object_array_get_idx(p, 0);
+    if (json_object_is_type(first, json_type_int)) { /* one prompt as token ids */
+        r->prompts = calloc(1, sizeof(*r->prompts));
+        if (!r->prompts)
+            return TD_ENOMEM;
+        r->n_prompts = 1;
+        return get_ids(c, p, "prompt", &r->prompts[0].ids, &r->prompts[0].n_ids);
+    }
+    r->prompts = calloc(len, sizeof(*r->prompts));
+    if (!r->prompts)
+        return TD_ENOMEM;
+    r->n_prompts = len;
+    for (size_t i = 0; i < len; i++) {
+        json_object *e = json_object_array_get_idx(p, i);
+        if (json_object_is_type(e, json_type_string)) {
+            if (json_object_get_string_len(e) == 0)
+                return fail(c, "prompt", TD_EINVAL, "'prompt[%zu]' must not be empty", i);
+            r->prompts[i].text = td_strndup(json_object_get_string(e),
+                                            (size_t)json_object_get_string_len(e));
+            if (!r->prompts[i].text)
+                return TD_ENOMEM;
+        } else if (json_object_is_type(e, json_type_array)) {
+            if (json_object_array_length(e) == 0)
+                return fail(c, "prompt", TD_EINVAL, "'prompt[%zu]' must not be empty", i);
+            int rc = get_ids(c, e, "prompt", &r->prompts[i].ids, &r->prompts[i].n_ids);
+            if (rc)
+                return rc;
+        } else {
+            return fail(c, "prompt", TD_EINVAL,
+                        "'prompt[%zu]' must be a string or an array of token ids, got %s", i,
+                        type_name(e));
+        }
+    }
+    return 0;
+}
+
+/* Fields every kind shares. */
+static int parse_sampling(ctx_t *c, json_object *o, td_api_request_t *r, double max_temp)
+{
+    bool set;
+    int64_t v;
+    int rc;
+    if ((rc = get_str(c, o, "model", &r->model)))
+        return rc;
+    if ((rc = get_num(c, o, "temperature", 0, max_temp, false, &r->temperature)) ||
+        (rc = get_num(c, o, "top_p", 0, 1, true, &r->top_p)) ||
+        (rc = get_num(c, o, "min_p", 0, 1, false, &r->min_p)) ||
+        (rc = get_num(c, o, "presence_penalty", -2, 2, false, &r->presence_penalty)) ||
+        (rc = get_num(c, o, "frequency_penalty", -2, 2, false, &r->frequency_penalty)) ||
+        (rc = get_num(c, o, "repetition_penalty", 0, 100, true, &r->repetition_penalty)))
+        return rc;
+    if ((rc = get_int(c, o, "top_k", -1, INT32_MAX, &set, &v)))
+        return rc;
+    r->top_k = set && v > 0 ? v : 0;
+    if ((rc = get_int(c, o, "seed", INT64_MIN, INT64_MAX, &r->has_seed, &r->seed)))
+        return rc;
+    if ((rc = get_bool(c, o, "stream", &r->stream)) || (rc = get_bool(c, o, "ignore_eos", &r->ignore_eos)))
+        return rc;
+    json_object *ids = field(o, "stop_token_ids");
+    if (ids) {
+        if (!json_object_is_type(ids, json_type_array))
+            return fail(c, "stop_token_ids", TD_EINVAL, "'stop_token_ids' must be an array");
+        if ((rc = get_ids(c, ids, "stop_token_ids", &r->stop_token_ids, &r->n_stop_token_ids)))
+            return rc;
+    }
+    json_object *so = field(o, "stream_options");
+    if (so) {
+        if (!json_object_is_type(so, json_type_object))
+            return fail(c, "stream_options", TD_EINVAL, "'stream_options' must be an object");
+        if (!r->stream)
+            return fail(c, "stream_options", TD_EINVAL,
+                        "'stream_options' is only allowed when 'stream' is true");
+        if ((rc = get_bool(c, so, "include_usage", &r->include_usage))) {
+            c->param = "stream_options.include_usage";
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int parse_max_tokens(ctx_t *c, json_object *o, const char *key, td_api_request_t *r)
+{
+    bool set;
+    int64_t v;
+    int rc = get_int(c, o, key, 1, INT32_MAX, &set, &v);
+    if (!rc && set)
+        r->max_tokens = v;
+    return rc;
+}
+
+static int parse_completions(ctx_t *c, json_object *o, td_api_request_t *r)
+{
+    int rc;
+    bool set;
+    int64_t v;
+    if ((rc = parse_prompts(c, o, r)) || (rc = parse_sampling(c, o, r, 2)) ||
+        (rc = get_stop(c, o, "stop", r)) || (rc = parse_max_tokens(c, o, "max_tokens", r)) ||
+        (rc = get_bool(c, o, "echo", &r->echo)) || (rc = get_str(c, o, "user", &r->user)))
+        return rc;
+    if ((rc = get_int(c, o, "n", 1, TD_API_MAX_N, &set, &v)))
+        return rc;
+    if (set)
+        r->n = v;
+    if ((rc = get_int(c, o, "logprobs", 0, TD_API_MAX_LOGPROBS, &set, &v)))
+        return rc;
+    if (set) {
+        r->logprobs = true;
+        r->top_logprobs = v;
+    }
+    json_object *suffix = field(o, "suffix");
+    if (suffix && (!json_object_is_type(suffix, json_type_string) ||
+                   json_object_get_string_len(suffix) > 0))
+        return fail(c, "suffix", TD_ENOTSUP, "'suffix' is not supported");
+    if ((rc = get_int(c, o, "best_of", 1, TD_API_MAX_N, &set, &v)))
+        return rc;
+    if (set && v != r->n)
+        return fail(c, "best_of", TD_ENOTSUP, "'best_of' other than 'n' is not supported");
+    return 0;
+}
+
+static int parse_chat(ctx_t *c, json_object *o, td_api_request_t *r)
+{
+    int rc;
+    bool set;
+    int64_t v;
+    json_object *m = field(o, "messages");
+    if (!m || !json_object_is_type(m, json_type_array))
+        return fail(c, "messages", TD_EINVAL, "'messages' must be an array of messages");
+    if (json_object_array_length(m) == 0)
+        return fail(c, "messages", TD_EINVAL, "'messages' must not be empty");
+    if ((rc = td_chat_msgs_from_json(&r->msgs, m))) {
+        c->param = "messages";
+        return rc;
+    }
+    if ((rc = parse_sampling(c, o, r, 2)) || (rc = get_stop(c, o, "stop", r)) ||
+        (rc = parse_max_tokens(c, o, "max_tokens", r)) ||
+        (rc = parse_max_tokens(c, o, "max_completion_tokens", r)) ||
+        (rc = get_bool(c, o, "logprobs", &r->logprobs)) || (rc = get_str(c, o, "user", &r->user)) ||
+        (rc = get_bool(c, o, "add_generation_prompt", &r->add_generation_prompt)))
+        return rc;
+    if ((rc = get_int(c, o, "n", 1, TD_API_MAX_N, &set, &v)))
+        return rc;
+    if (set)
+        r->n = v;
+    if ((rc = get_int(c, o, "top_logprobs", 0, TD_API_MAX_LOGPROBS, &set, &v)))
+        return rc;
+    if (set) {
+        if (!r->logprobs && v > 0)
+            return fail(c, "top_logprobs", TD_EINVAL,
+                        "'top_logprobs' requires 'logprobs' to be true");
+        r->top_logprobs = v;
+    }
+    json_object *kw = field(o, "chat_template_kwargs");
+    if (kw) {
+        if (!json_object_is_type(kw, json_type_object))
+            return fail(c, "chat_template_kwargs", TD_EINVAL,
+                        "'chat_template_kwargs' must be an object");
+        bool thinking = true;
+        if ((rc = get_bool(c, kw, "enable_thinking", &thinking))) {
+            c->param = "chat_template_kwargs.enable_thinking";
+            return rc;
+        }
+        r->disable_thinking = !thinking;
+    }
+    json_object *tools = field(o, "tools");
+    if (tools && (!json_object_is_type(tools, json_type_array) || json_object_array_length(tools)))
+        return fail(c, "tools", TD_ENOTSUP, "'tools' (function calling) is not supported");
+    json_object *rf = field(o, "response_format");
+    if (rf) {
+        json_object *t = json_object_is_type(rf, json_type_object) ? field(rf, "type") : NULL;
+        if (!t || !json_object_is_type(t, json_type_string) ||
+            strcmp(json_object_get_string(t), "text") != 0)
+            return fail(c, "response_format", TD_ENOTSUP,
+                        "only 'response_format' {\"type\": \"text\"} is supported");
+    }
+    return 0;
+}
+
+/* Anthropic: system (string or text blocks) and user/assistant messages (string or blocks). */
+static int parse_messages(ctx_t *c, json_object *o, td_api_request_t *r)
+{
+    int rc;
+    bool set;
+    int64_t v;
+    if ((rc = get_int(c, o, "max_tokens", 1, INT32_MAX, &set, &v)))
+        return rc;
+    if (!set)
+        return fail(c, "max_tokens", TD_EINVAL, "'max_tokens' is required");
+    r->max_tokens = v;
+    json_object *m = field(o, "messages");
+    if (!m || !json_object_is_type(m, json_type_array) || json_object_array_length(m) == 0)
+        return fail(c, "messages", TD_EINVAL, "'messages' must be a non-empty array");
+    json_object *all = json_object_new_array();
+    if (!all)
+        return TD_ENOMEM;
+    json_object *sys = field(o, "system");
+    if (sys) {
+        if (!json_object_is_type(sys, json_type_string) && !json_object_is_type(sys, json_type_array)) {
+            json_object_put(all);
+            return fail(c, "system", TD_EINVAL, "'system' must be a string or text blocks");
+        }
+        json_object *sm = json_object_new_object();
+        json_object_object_add(sm, "role", json_object_new_string("system"));
+        json_object_object_add(sm, "content", json_object_get(sys));
+        json_object_array_add(all, sm);
+    }
+    for (size_t i = 0; i < json_object_array_length(m); i++) {
+        json_object *e = json_object_array_get_idx(m, i);
+        json_object *role = json_object_is_type(e, json_type_object) ? field(e, "role") : NULL;
+        const char *rs = role && json_object_is_type(role, json_type_string)
+                             ? json_object_get_string(role)
+                             : "";
+        if (strcmp(rs, "user") != 0 && strcmp(rs, "assistant") != 0) {
+            json_object_put(all);
+            return fail(c, "messages", TD_EINVAL,
+                        "messages.%zu.role: must be \"user\" or \"assistant\"", i);
+        }
+        json_object_array_add(all, json_object_get(e));
+    }
+    rc = td_chat_msgs_from_json(&r->msgs, all);
+    json_object_put(all);
+    if (rc) {
+        c->param = "messages";
+        return rc;
+    }
+    if ((rc = parse_sampling(c, o, r, 1)) || (rc = get_stop(c, o, "stop_sequences", r)))
+        return rc;
+    json_object *md = field(o, "metadata");
+    if (md && json_object_is_type(md, json_type_object) && (rc = get_str(c, md, "user_id", &r->user)))
+        return rc;
+    return 0;
+}
+
+int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_request_t *out,
+                 const char **param)
+{
+    ctx_t c = {NULL};
+    memset(out, 0, sizeof(*out));
+    out->kind = kind;
+    out->max_tokens = -1;
+    out->temperature = 1.0;
+    out->top_p = 1.0;
+    out->repetition_penalty = 1.0;
+    out->n = 1;
+    out->add_generation_prompt = true;
+    *param = NULL;
+
+    json_tokener *tok = json_tokener_new();
+    if (!tok)
+        return TD_ENOMEM;
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    json_object *o = json_tokener_parse_ex(tok, body, (int)TD_MIN(len, (size_t)INT32_MAX));
+    enum json_tokener_error jerr = json_tokener_get_error(tok);
+    size_t used = json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+    int rc;
+    if (!o || jerr != json_tokener_success) {
+        json_object_put(o);
+        return td_err_set(TD_EPARSE, "request body is not valid JSON: %s",
+                          json_tokener_error_desc(jerr == json_tokener_continue
+                                                      ? json_tokener_error_parse_eof
+                                                      : jerr));
+    }
+    for (; used < len; used++) {
+        if (body[used] != ' ' && body[used] != '\n' && body[used] != '\r' && body[used] != '\t') {
+            json_object_put(o);
+            return td_err_set(TD_EPARSE, "request body has trailing data after the JSON value");
+        }
+    }
+    if (!json_object_is_type(o, json_type_object)) {
+        json_object_put(o);
+        return td_err_set(TD_EINVAL, "request body must be a JSON object");
+    }
+    switch (kind) {
+    case TD_API_COMPLETIONS: rc = parse_completions(&c, o, out); break;
+    case TD_API_CHAT: rc = parse_chat(&c, o, out); break;
+    default: rc = parse_messages(&c, o, out); break;
+    }
+    json_object_put(o);
+    if (rc) {
+        *param = c.param;
+        td_api_request_free(out);
+    }
+    return rc;
+}
+
+void td_api_request_free(td_api_request_t *r)
+{
+    for (size_t i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].text);
+        free(r->prompts[i].ids);
+    }
+    free(r->prompts);
+    td_chat_msgs_free(&r->msgs);
+    for (size_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    free(r->stop_token_ids);
+    free(r->model);
+    free(r->user);
+    memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,79 @@
+/* api.h: the router's request model: OpenAI completions and chat completions, and Anthropic
+ * messages, parsed from JSON bodies into one td_api_request_t, validated the way the public APIs
+ * (and vLLM) validate them.
+ *
+ * Every rejection returns TD_EINVAL (or TD_EPARSE for bodies that are not JSON, TD_ENOTSUP for
+ * features that are recognised but not served) with td_err_msg saying what is wrong and
+ * `*param` naming the offending parameter (for the error body's "param"), or NULL.
+ * Unknown fields are ignored, as OpenAI's and vLLM's servers ignore them.
+ */
+#ifndef TD_ROUTER_API_H
+#define TD_ROUTER_API_H
+
+#include "td_chat.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum td_api_kind {
+    TD_API_COMPLETIONS,      /* POST /v1/completions */
+    TD_API_CHAT,             /* POST /v1/chat/completions */
+    TD_API_MESSAGES,         /* POST /v1/messages (Anthropic) */
+} td_api_kind_t;
+
+#define TD_API_MAX_STOP 16      /* stop strings per request */
+#define TD_API_MAX_N 16         /* choices per request */
+#define TD_API_MAX_LOGPROBS 20  /* top logprobs per token */
+
+/* One prompt given as text or as token ids (completions accept either, several at once). */
+typedef struct td_api_prompt {
+    char *text;        /* UTF-8, NUL-terminated; NULL when given as ids */
+    int32_t *ids;      /* [n_ids] token ids; NULL when given as text */
+    size_t n_ids;
+} td_api_prompt_t;
+
+typedef struct td_api_request {
+    td_api_kind_t kind;
+    char *model;                 /* NULL when absent (the served model is used) */
+    /* input: completions fill prompts; chat and messages fill msgs */
+    td_api_prompt_t *prompts;    /* [n_prompts] */
+    size_t n_prompts;
+    td_chat_msgs_t msgs;
+    /* sampling */
+    int64_t max_tokens;          /* -1 when absent: up to the context limit */
+    double temperature;          /* 1.0 when absent; 0 = greedy */
+    double top_p;                /* 1.0 when absent */
+    int64_t top_k;               /* 0 when absent or -1: disabled */
+    double min_p;                /* 0 when absent */
+    double presence_penalty;     /* accepted, [-2, 2]; 0 when absent */
+    double frequency_penalty;    /* accepted, [-2, 2]; 0 when absent */
+    double repetition_penalty;   /* vLLM extension, > 0; 1.0 when absent */
+    bool has_seed;
+    int64_t seed;
+    char **stop;                 /* [n_stop] stop strings */
+    size_t n_stop;
+    int32_t *stop_token_ids;     /* [n_stop_token_ids] */
+    size_t n_stop_token_ids;
+    bool ignore_eos;
+    int64_t n;                   /* choices, >= 1 */
+    bool logprobs;               /* return logprobs of sampled tokens */
+    int64_t top_logprobs;        /* alternatives per token, 0..TD_API_MAX_LOGPROBS */
+    bool echo;                   /* completions: prepend the prompt to the text */
+    /* output */
+    bool stream;
+    bool include_usage;          /* stream_options.include_usage */
+    bool add_generation_prompt;  /* chat: default true */
+    bool disable_thinking;       /* chat_template_kwargs.enable_thinking == false */
+    char *user;                  /* OpenAI `user`, or Anthropic metadata.user_id; may be NULL */
+} td_api_request_t;
+
+/* Parse and validate a request body of the given kind into `out` (zeroed first). On error `out`
+ * is left empty and *param names the parameter (static string) or is NULL. */
+int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_request_t *out,
+                 const char **param);
+
+/* Release what a request owns and zero it. */
+void td_api_request_free(td_api_request_t *r);
+
+#endif

@@ -1,0 +1,231 @@
+/* test_api.c: the router's request parsing and validation for OpenAI completions, chat
+ * completions and Anthropic messages, including malformed bodies. */
+#include "api.h"
+#include "td_error.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int parse(td_api_kind_t k, const char *body, td_api_request_t *r, const char **param)
+{
+    return td_api_parse(k, body, strlen(body), r, param);
+}
+
+START_TEST(test_completions_defaults)
+{
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS, "{\"prompt\":\"hi\"}", &r, &param), 0);
+    ck_assert_uint_eq(r.n_prompts, 1);
+    ck_assert_str_eq(r.prompts[0].text, "hi");
+    ck_assert_ptr_null(r.model);
+    ck_assert_int_eq(r.max_tokens, -1);
+    ck_assert(r.temperature == 1.0 && r.top_p == 1.0 && r.top_k == 0 && r.min_p == 0);
+    ck_assert_int_eq(r.n, 1);
+    ck_assert(!r.stream && !r.include_usage && !r.logprobs && !r.has_seed);
+    td_api_request_free(&r);
+}
+END_TEST
+
+START_TEST(test_completions_full)
+{
+    const char *body =
+        "{\"model\":\"tiny\",\"prompt\":[\"a\",\"b\"],\"max_tokens\":16.0,\"temperature\":0,"
+        "\"top_p\":0.9,\"top_k\":-1,\"min_p\":0.05,\"seed\":-7,\"stop\":\"\\n\\n\","
+        "\"stop_token_ids\":[2,3],\"ignore_eos\":true,\"n\":2,\"logprobs\":3,\"echo\":true,"
+        "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"user\":\"u1\","
+        "\"unknown_field\":{\"x\":[1,2]},\"best_of\":2}";
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS, body, &r, &param), 0);
+    ck_assert_str_eq(r.model, "tiny");
+    ck_assert_uint_eq(r.n_prompts, 2);
+    ck_assert_str_eq(r.prompts[1].text, "b");
+    ck_assert_int_eq(r.max_tokens, 16);
+    ck_assert(r.temperature == 0 && r.top_p == 0.9 && r.top_k == 0 && r.min_p == 0.05);
+    ck_assert(r.has_seed);
+    ck_assert_int_eq(r.seed, -7);
+    ck_assert_uint_eq(r.n_stop, 1);
+    ck_assert_str_eq(r.stop[0], "\n\n");
+    ck_assert_uint_eq(r.n_stop_token_ids, 2);
+    ck_assert_int_eq(r.stop_token_ids[1], 3);
+    ck_assert(r.ignore_eos && r.echo && r.stream && r.include_usage && r.logprobs);
+    ck_assert_int_eq(r.top_logprobs, 3);
+    ck_assert_int_eq(r.n, 2);
+    ck_assert_str_eq(r.user, "u1");
+    td_api_request_free(&r);
+}
+END_TEST
+
+START_TEST(test_prompt_ids)
+{
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS, "{\"prompt\":[1,2,3]}", &r, &param), 0);
+    ck_assert_uint_eq(r.n_prompts, 1);
+    ck_assert_ptr_null(r.prompts[0].text);
+    ck_assert_uint_eq(r.prompts[0].n_ids, 3);
+    ck_assert_int_eq(r.prompts[0].ids[2], 3);
+    td_api_request_free(&r);
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS, "{\"prompt\":[[1,2],[3],\"x\"]}", &r, &param), 0);
+    ck_assert_uint_eq(r.n_prompts, 3);
+    ck_assert_uint_eq(r.prompts[0].n_ids, 2);
+    ck_assert_uint_eq(r.prompts[1].n_ids, 1);
+    ck_assert_str_eq(r.prompts[2].text, "x");
+    td_api_request_free(&r);
+}
+END_TEST
+
+/* body, expected code, expected param (NULL = none), a fragment of the message */
+static const struct bad {
+    td_api_kind_t kind;
+    const char *body;
+    int code;
+    const char *param;
+    const char *msg;
+} bad[] = {
+    {TD_API_COMPLETIONS, "", TD_EPARSE, NULL, "not valid JSON"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\"", TD_EPARSE, NULL, "not valid JSON"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\"} {}", TD_EPARSE, NULL, "JSON"},
+    {TD_API_COMPLETIONS, "{'prompt':'x'}", TD_EPARSE, NULL, "not valid JSON"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"\xff\xfe\"}", TD_EPARSE, NULL, "not valid JSON"},
+    {TD_API_COMPLETIONS, "[1,2]", TD_EINVAL, NULL, "JSON object"},
+    {TD_API_COMPLETIONS, "{}", TD_EINVAL, "prompt", "required"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"\"}", TD_EINVAL, "prompt", "empty"},
+    {TD_API_COMPLETIONS, "{\"prompt\":[]}", TD_EINVAL, "prompt", "empty"},
+    {TD_API_COMPLETIONS, "{\"prompt\":[1,\"a\"]}", TD_EINVAL, "prompt", "element 1"},
+    {TD_API_COMPLETIONS, "{\"prompt\":[-1]}", TD_EINVAL, "prompt", "out of range"},
+    {TD_API_COMPLETIONS, "{\"prompt\":[[1],[]]}", TD_EINVAL, "prompt", "prompt[1]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":7}", TD_EINVAL, "prompt", "an integer"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"temperature\":3}", TD_EINVAL, "temperature", "[0, 2]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", TD_EINVAL, "temperature", "a string"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"top_p\":0}", TD_EINVAL, "top_p", "(0, 1]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"max_tokens\":0}", TD_EINVAL, "max_tokens", "[1,"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"max_tokens\":1.5}", TD_EINVAL, "max_tokens", "integer"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"n\":17}", TD_EINVAL, "n", "[1, 16]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logprobs\":21}", TD_EINVAL, "logprobs", "[0, 20]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"stream\":\"yes\"}", TD_EINVAL, "stream", "boolean"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", TD_EINVAL, "stream_options", "only allowed"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}", TD_EINVAL, "stream_options.include_usage", "boolean"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"stop\":[\"\"]}", TD_EINVAL, "stop", "empty"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"stop\":[1]}", TD_EINVAL, "stop", "strings"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]}", TD_EINVAL, "stop", "at most 16"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"stop_token_ids\":3}", TD_EINVAL, "stop_token_ids", "array"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"suffix\":\"y\"}", TD_ENOTSUP, "suffix", "not supported"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"best_of\":3}", TD_ENOTSUP, "best_of", "not supported"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"seed\":\"1\"}", TD_EINVAL, "seed", "integer"},
+    {TD_API_CHAT, "{}", TD_EINVAL, "messages", "array"},
+    {TD_API_CHAT, "{\"messages\":[]}", TD_EINVAL, "messages", "empty"},
+    {TD_API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", TD_EINVAL, "messages", "messages[0].role"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"bot\",\"content\":\"x\"}]}", TD_EINVAL, "messages", "bot"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", TD_EINVAL, "top_logprobs", "requires"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", TD_ENOTSUP, "tools", "not supported"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", TD_ENOTSUP, "response_format", "text"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}", TD_EINVAL, "chat_template_kwargs.enable_thinking", "boolean"},
+    {TD_API_MESSAGES, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", TD_EINVAL, "max_tokens", "required"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", TD_EINVAL, "messages", "messages.0.role"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1.5}", TD_EINVAL, "temperature", "[0, 1]"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}", TD_ENOTSUP, "messages", ""},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"system\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", TD_EINVAL, "system", "string"},
+};
+
+START_TEST(test_bad_requests)
+{
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        td_api_request_t r;
+        const char *param = "unset";
+        int rc = parse(bad[i].kind, bad[i].body, &r, &param);
+        if (rc != bad[i].code || !(bad[i].param ? param && strcmp(param, bad[i].param) == 0
+                                                : param == NULL) ||
+            !strstr(td_err_msg(), bad[i].msg))
+            ck_abort_msg("case %zu (%s): rc %d param %s msg \"%s\"", i, bad[i].body, rc,
+                         param ? param : "(null)", td_err_msg());
+        ck_assert_ptr_null(r.prompts); /* nothing left allocated */
+        ck_assert_ptr_null(r.stop);
+    }
+}
+END_TEST
+
+START_TEST(test_chat)
+{
+    const char *body =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hel\"},"
+        "{\"type\":\"text\",\"text\":\"lo\"}]}],\"max_tokens\":100,\"max_completion_tokens\":7,"
+        "\"logprobs\":true,\"top_logprobs\":5,\"chat_template_kwargs\":{\"enable_thinking\":false},"
+        "\"response_format\":{\"type\":\"text\"},\"tools\":[]}";
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_eq(parse(TD_API_CHAT, body, &r, &param), 0);
+    ck_assert_uint_eq(r.msgs.n, 2);
+    ck_assert_int_eq(r.msgs.v[0].role, TD_CHAT_ROLE_SYSTEM);
+    ck_assert_str_eq(r.msgs.v[1].content, "hello");
+    ck_assert_int_eq(r.max_tokens, 7); /* max_completion_tokens wins */
+    ck_assert(r.logprobs && r.top_logprobs == 5 && r.disable_thinking && r.add_generation_prompt);
+    td_api_request_free(&r);
+}
+END_TEST
+
+START_TEST(test_anthropic)
+{
+    const char *body =
+        "{\"model\":\"m\",\"max_tokens\":64,\"system\":[{\"type\":\"text\",\"text\":\"sys\"}],"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
+        "\"content\":[{\"type\":\"text\",\"text\":\"yo\"}]},{\"role\":\"user\",\"content\":\"q\"}],"
+        "\"stop_sequences\":[\"END\"],\"temperature\":0.5,\"top_k\":40,\"stream\":true,"
+        "\"metadata\":{\"user_id\":\"u9\"}}";
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_eq(parse(TD_API_MESSAGES, body, &r, &param), 0);
+    ck_assert_uint_eq(r.msgs.n, 4);
+    ck_assert_int_eq(r.msgs.v[0].role, TD_CHAT_ROLE_SYSTEM);
+    ck_assert_str_eq(r.msgs.v[0].content, "sys");
+    ck_assert_int_eq(r.msgs.v[2].role, TD_CHAT_ROLE_ASSISTANT);
+    ck_assert_str_eq(r.msgs.v[2].content, "yo");
+    ck_assert_int_eq(r.max_tokens, 64);
+    ck_assert_uint_eq(r.n_stop, 1);
+    ck_assert_str_eq(r.stop[0], "END");
+    ck_assert(r.temperature == 0.5 && r.top_k == 40 && r.stream);
+    ck_assert_str_eq(r.user, "u9");
+    td_api_request_free(&r);
+}
+END_TEST
+
+START_TEST(test_every_truncation_fails_cleanly)
+{
+    const char *body =
+        "{\"model\":\"m\",\"prompt\":[[1,2],\"ab\"],\"stop\":[\"x\"],\"stop_token_ids\":[1],"
+        "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"max_tokens\":3}";
+    size_t n = strlen(body);
+    for (size_t cut = 0; cut < n; cut++) {
+        td_api_request_t r;
+        const char *param;
+        ck_assert_int_ne(td_api_parse(TD_API_COMPLETIONS, body, cut, &r, &param), 0);
+    }
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_eq(td_api_parse(TD_API_COMPLETIONS, body, n, &r, &param), 0);
+    td_api_request_free(&r);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("api");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_completions_defaults);
+    tcase_add_test(tc, test_completions_full);
+    tcase_add_test(tc, test_prompt_ids);
+    tcase_add_test(tc, test_bad_requests);
+    tcase_add_test(tc, test_chat);
+    tcase_add_test(tc, test_anthropic);
+    tcase_add_test(tc, test_every_truncation_fails_cleanly);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
