@@ -29,6 +29,9 @@ int td_buf_append(td_buf_t *b, const void *p, size_t n);
 int td_buf_append_str(td_buf_t *b, const char *s);
 int td_buf_append_char(td_buf_t *b, char c);
 int td_buf_printf(td_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append `s` (n bytes of UTF-8) as a JSON string literal, quotes included: '"', '\\' and control
+ * characters are escaped, everything else is copied as is. */
+int td_buf_append_json_string(td_buf_t *b, const char *s, size_t n);
 /* Take ownership of the data (caller frees with free()); leaves `b` empty. */
 char *td_buf_steal(td_buf_t *b, size_t *len);
 

@@ -97,6 +97,43 @@ int td_buf_printf(td_buf_t *b, const char *fmt, ...)
     return 0;
 }
 
+int td_buf_append_json_string(td_buf_t *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    int rc = td_buf_reserve(b, n + 2);
+    if (rc)
+        return rc;
+    b->data[b->len++] = '"';
+    size_t run = 0; /* start of the current run of bytes that need no escaping */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        if ((rc = td_buf_append(b, s + run, i - run)))
+            return rc;
+        char esc[6] = {'\\', 0};
+        size_t elen = 2;
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        default:
+            esc[1] = 'u', esc[2] = '0', esc[3] = '0', esc[4] = hex[c >> 4], esc[5] = hex[c & 15];
+            elen = 6;
+        }
+        if ((rc = td_buf_append(b, esc, elen)))
+            return rc;
+        run = i + 1;
+    }
+    if ((rc = td_buf_append(b, s + run, n - run)))
+        return rc;
+    return td_buf_append_char(b, '"');
+}
+
 char *td_buf_steal(td_buf_t *b, size_t *len)
 {
     char *p = b->data;

@@ -54,6 +54,20 @@ START_TEST(test_buf)
 }
 END_TEST
 
+START_TEST(test_json_string)
+{
+    td_buf_t b;
+    td_buf_init(&b);
+    const char in[] = "a\"b\\c\n\x01\x1f\t h\xc3\xa9";
+    ck_assert_int_eq(td_buf_append_json_string(&b, in, sizeof(in) - 1), 0);
+    ck_assert_str_eq(b.data, "\"a\\\"b\\\\c\\n\\u0001\\u001f\\t h\xc3\xa9\"");
+    td_buf_reset(&b);
+    ck_assert_int_eq(td_buf_append_json_string(&b, "nul\0x", 5), 0);
+    ck_assert_str_eq(b.data, "\"nul\\u0000x\"");
+    td_buf_free(&b);
+}
+END_TEST
+
 START_TEST(test_parse)
 {
     int64_t i;
@@ -317,6 +331,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_error_table);
     tcase_add_test(tc, test_buf);
     tcase_add_test(tc, test_parse);
+    tcase_add_test(tc, test_json_string);
     tcase_add_test(tc, test_utf8);
     tcase_add_test(tc, test_files);
     tcase_add_test(tc, test_config_layers);

@@ -1,0 +1,96 @@
+/* response.h: the bytes the router sends back: OpenAI completions and chat completions (whole
+ * responses and server-sent-event chunks exactly as OpenAI frames them) and Anthropic messages
+ * (whole responses and the event stream). Pure formatting: no I/O, no state beyond the context.
+ *
+ * Streaming, OpenAI: td_resp_delta for each token (the first call of a chat choice also emits the
+ * role chunk, so the role goes out together with the first token), td_resp_finish per choice with
+ * its finish reason, then td_resp_done (the usage chunk when include_usage was asked, then
+ * `data: [DONE]`). Anthropic: the same calls produce message_start, content_block_start, ping,
+ * content_block_delta, content_block_stop, message_delta and message_stop events.
+ */
+#ifndef TD_ROUTER_RESPONSE_H
+#define TD_ROUTER_RESPONSE_H
+
+#include "api.h"
+#include "td_util.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum td_finish {
+    TD_FINISH_NONE = 0,
+    TD_FINISH_STOP,     /* EOS, a stop token or a stop string */
+    TD_FINISH_LENGTH,   /* max_tokens or the context limit */
+    TD_FINISH_ABORT,    /* canceled or failed */
+} td_finish_t;
+
+typedef struct td_resp_usage {
+    int64_t prompt_tokens;
+    int64_t completion_tokens;
+    int64_t cached_tokens; /* prompt tokens served from the prefix cache */
+} td_resp_usage_t;
+
+/* One alternative in a token's top logprobs. */
+typedef struct td_resp_top {
+    const char *token; /* token text bytes (may be a partial UTF-8 sequence) */
+    size_t token_len;
+    double logprob;
+} td_resp_top_t;
+
+/* The logprob record of one sampled token. */
+typedef struct td_resp_logprob {
+    const char *token; /* sampled token's text bytes */
+    size_t token_len;
+    size_t text_offset; /* completions: byte offset of the token in the choice's text */
+    double logprob;
+    const td_resp_top_t *top; /* [n_top] alternatives, most likely first */
+    size_t n_top;
+} td_resp_logprob_t;
+
+/* What every chunk of one response repeats. */
+typedef struct td_resp_ctx {
+    td_api_kind_t kind;
+    const char *id;        /* "chatcmpl-...", "cmpl-..." or "msg_..." */
+    const char *model;
+    int64_t created;       /* Unix seconds */
+    bool include_usage;    /* OpenAI stream_options.include_usage */
+    bool logprobs;         /* the request asked for logprobs */
+    int64_t prompt_tokens; /* Anthropic message_start reports input tokens up front */
+    bool *role_sent;       /* [n] per choice: chat role chunk already sent (caller-owned,
+                            * zeroed); for Anthropic [0] means message_start was sent */
+    const char *stop_sequence; /* Anthropic: the stop string that ended the message, or NULL */
+} td_resp_ctx_t;
+
+/* Streaming: one token's text for choice `index` (text may be empty when a token completes no
+ * character yet; the chunk is then skipped unless it carries logprobs). */
+int td_resp_delta(td_buf_t *out, const td_resp_ctx_t *c, int index, const char *text, size_t len,
+                  const td_resp_logprob_t *lp);
+/* Streaming: choice `index` ended. */
+int td_resp_finish(td_buf_t *out, const td_resp_ctx_t *c, int index, td_finish_t why,
+                   const td_resp_usage_t *usage);
+/* Streaming: the whole response ended. */
+int td_resp_done(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_usage_t *usage);
+/* Streaming: an error after the stream started (OpenAI: an error event then [DONE]; Anthropic:
+ * an `error` event). */
+int td_resp_stream_error(td_buf_t *out, const td_resp_ctx_t *c, const char *type,
+                         const char *message);
+
+/* One finished choice of a whole (non-streaming) response. */
+typedef struct td_resp_choice {
+    const char *text; /* full generated text (with the prompt first when echo) */
+    size_t len;
+    td_finish_t finish;
+    const td_resp_logprob_t *lp; /* [n_lp] per generated token, or NULL */
+    size_t n_lp;
+} td_resp_choice_t;
+
+/* A whole response body (JSON). */
+int td_resp_full(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_choice_t *choices,
+                 size_t n, const td_resp_usage_t *usage);
+
+/* "stop" / "length" / "abort" (OpenAI), "end_turn" / "stop_sequence" / "max_tokens"
+ * (Anthropic). */
+const char *td_finish_name(td_api_kind_t kind, td_finish_t why, bool stop_sequence);
+
+#endif

@@ -1,0 +1,215 @@
+/* test_response.c: OpenAI and Anthropic response formatting: exact chunk bytes for the OpenAI
+ * framing, every SSE data line valid JSON, deltas that add up to the text, event order. */
+#include "response.h"
+
+#include <check.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static td_resp_ctx_t ctx(td_api_kind_t kind, bool usage, bool *role_sent)
+{
+    td_resp_ctx_t c = {0};
+    c.kind = kind;
+    c.id = kind == TD_API_CHAT ? "chatcmpl-1" : kind == TD_API_MESSAGES ? "msg_1" : "cmpl-1";
+    c.model = "tiny";
+    c.created = 1700000000;
+    c.include_usage = usage;
+    c.prompt_tokens = 5;
+    c.role_sent = role_sent;
+    return c;
+}
+
+START_TEST(test_chat_chunks_exact)
+{
+    bool role[1] = {false};
+    td_resp_ctx_t c = ctx(TD_API_CHAT, false, role);
+    td_buf_t b;
+    td_buf_init(&b);
+    ck_assert_int_eq(td_resp_delta(&b, &c, 0, "Hi", 2, NULL), 0);
+    ck_assert_str_eq(
+        b.data,
+        "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,"
+        "\"model\":\"tiny\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+        "\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n"
+        "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,"
+        "\"model\":\"tiny\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},"
+        "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    td_buf_reset(&b);
+    ck_assert_int_eq(td_resp_delta(&b, &c, 0, "\"!\n", 3, NULL), 0); /* no second role chunk */
+    ck_assert_str_eq(b.data,
+                     "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":"
+                     "1700000000,\"model\":\"tiny\",\"choices\":[{\"index\":0,\"delta\":{\"content\":"
+                     "\"\\\"!\\n\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+    td_buf_reset(&b);
+    td_resp_usage_t u = {5, 2, 0};
+    ck_assert_int_eq(td_resp_finish(&b, &c, 0, TD_FINISH_LENGTH, &u), 0);
+    ck_assert_int_eq(td_resp_done(&b, &c, &u), 0);
+    ck_assert_str_eq(b.data,
+                     "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":"
+                     "1700000000,\"model\":\"tiny\",\"choices\":[{\"index\":0,\"delta\":{},"
+                     "\"logprobs\":null,\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n");
+    td_buf_free(&b);
+}
+END_TEST
+
+/* Split an SSE body into its data payloads, check each parses, and return them. */
+static size_t data_lines(const char *body, json_object **objs, size_t max, bool *done)
+{
+    size_t n = 0;
+    *done = false;
+    for (const char *p = body; (p = strstr(p, "data: ")); ) {
+        p += 6;
+        const char *end = strstr(p, "\n\n");
+        ck_assert_ptr_nonnull(end);
+        if (strncmp(p, "[DONE]", 6) == 0) {
+            ck_assert(end == p + 6);
+            ck_assert_str_eq(end + 2, ""); /* [DONE] is last */
+            *done = true;
+        } else {
+            char *line = strndup(p, (size_t)(end - p));
+            json_object *o = json_tokener_parse(line);
+            ck_assert_msg(o != NULL, "not JSON: %s", line);
+            free(line);
+            ck_assert_uint_lt(n, max);
+            objs[n++] = o;
+        }
+        p = end + 2;
+    }
+    return n;
+}
+
+START_TEST(test_completions_stream_usage_and_logprobs)
+{
+    bool role[2] = {false, false};
+    td_resp_ctx_t c = ctx(TD_API_COMPLETIONS, true, role);
+    td_buf_t b;
+    td_buf_init(&b);
+    const char *toks[] = {"Hello", ",", " w\xc3\xb6rld"};
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        td_resp_top_t top[2] = {{toks[i], strlen(toks[i]), -0.5}, {"x", 1, -2.0}};
+        td_resp_logprob_t lp = {toks[i], strlen(toks[i]), off, -0.5, top, 2};
+        ck_assert_int_eq(td_resp_delta(&b, &c, i % 2, toks[i], strlen(toks[i]), &lp), 0);
+        off += strlen(toks[i]);
+    }
+    td_resp_usage_t u = {5, 3, 4};
+    ck_assert_int_eq(td_resp_finish(&b, &c, 0, TD_FINISH_STOP, &u), 0);
+    ck_assert_int_eq(td_resp_finish(&b, &c, 1, TD_FINISH_STOP, &u), 0);
+    ck_assert_int_eq(td_resp_done(&b, &c, &u), 0);
+    json_object *o[16];
+    bool done;
+    size_t n = data_lines(b.data, o, 16, &done);
+    ck_assert(done);
+    ck_assert_uint_eq(n, 6);
+    char text[2][64] = {"", ""};
+    for (size_t i = 0; i < 5; i++) {
+        json_object *ch = json_object_array_get_idx(json_object_object_get(o[i], "choices"), 0);
+        ck_assert_str_eq(json_object_get_string(json_object_object_get(o[i], "object")),
+                         "text_completion");
+        ck_assert(json_object_is_type(json_object_object_get(o[i], "usage"), json_type_null));
+        int idx = json_object_get_int(json_object_object_get(ch, "index"));
+        strcat(text[idx], json_object_get_string(json_object_object_get(ch, "text")));
+        json_object *lp = json_object_object_get(ch, "logprobs");
+        if (i < 3) {
+            json_object *tl = json_object_object_get(lp, "top_logprobs");
+            ck_assert_int_eq(json_object_object_length(json_object_array_get_idx(tl, 0)), 2);
+        }
+    }
+    ck_assert_str_eq(text[0], "Hello w\xc3\xb6rld");
+    ck_assert_str_eq(text[1], ",");
+    /* the usage chunk: no choices, usage with cached tokens */
+    ck_assert_int_eq(json_object_array_length(json_object_object_get(o[5], "choices")), 0);
+    json_object *usage = json_object_object_get(o[5], "usage");
+    ck_assert_int_eq(json_object_get_int(json_object_object_get(usage, "total_tokens")), 8);
+    ck_assert_int_eq(json_object_get_int(json_object_object_get(
+                         json_object_object_get(usage, "prompt_tokens_details"), "cached_tokens")),
+                     4);
+    for (size_t i = 0; i < n; i++)
+        json_object_put(o[i]);
+    td_buf_free(&b);
+}
+END_TEST
+
+START_TEST(test_anthropic_stream_order)
+{
+    bool started[1] = {false};
+    td_resp_ctx_t c = ctx(TD_API_MESSAGES, false, started);
+    td_buf_t b;
+    td_buf_init(&b);
+    ck_assert_int_eq(td_resp_delta(&b, &c, 0, "Hel", 3, NULL), 0);
+    ck_assert_int_eq(td_resp_delta(&b, &c, 0, "", 0, NULL), 0);
+    ck_assert_int_eq(td_resp_delta(&b, &c, 0, "lo", 2, NULL), 0);
+    td_resp_usage_t u = {5, 3, 0};
+    c.stop_sequence = "END";
+    ck_assert_int_eq(td_resp_finish(&b, &c, 0, TD_FINISH_STOP, &u), 0);
+    ck_assert_int_eq(td_resp_done(&b, &c, &u), 0);
+    static const char *order[] = {"message_start", "content_block_start", "ping",
+                                  "content_block_delta", "content_block_delta",
+                                  "content_block_stop", "message_delta", "message_stop"};
+    const char *p = b.data;
+    for (size_t i = 0; i < 8; i++) {
+        char want[64];
+        snprintf(want, sizeof(want), "event: %s\ndata: {\"type\":\"%s\"", order[i], order[i]);
+        ck_assert_msg(strncmp(p, want, strlen(want)) == 0, "event %zu: %.60s", i, p);
+        p = strstr(p, "\n\n") + 2;
+    }
+    ck_assert_str_eq(p, "");
+    ck_assert_ptr_nonnull(strstr(b.data, "\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"END\""));
+    ck_assert_ptr_nonnull(strstr(b.data, "\"input_tokens\":5"));
+    td_buf_free(&b);
+}
+END_TEST
+
+START_TEST(test_full_bodies)
+{
+    bool role[1] = {false};
+    td_buf_t b;
+    td_buf_init(&b);
+    td_resp_choice_t ch = {"4", 1, TD_FINISH_STOP, NULL, 0};
+    td_resp_usage_t u = {9, 1, 0};
+    td_resp_ctx_t c = ctx(TD_API_CHAT, false, role);
+    ck_assert_int_eq(td_resp_full(&b, &c, &ch, 1, &u), 0);
+    json_object *o = json_tokener_parse(b.data);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(o, "object")), "chat.completion");
+    json_object *msg = json_object_object_get(
+        json_object_array_get_idx(json_object_object_get(o, "choices"), 0), "message");
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(msg, "content")), "4");
+    json_object_put(o);
+    td_buf_reset(&b);
+    c = ctx(TD_API_MESSAGES, false, role);
+    ch.finish = TD_FINISH_LENGTH;
+    ck_assert_int_eq(td_resp_full(&b, &c, &ch, 1, &u), 0);
+    o = json_tokener_parse(b.data);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(o, "stop_reason")), "max_tokens");
+    ck_assert_int_eq(json_object_get_int(json_object_object_get(json_object_object_get(o, "usage"),
+                                                                "output_tokens")),
+                     1);
+    json_object_put(o);
+    td_buf_reset(&b);
+    c = ctx(TD_API_CHAT, false, role);
+    ck_assert_int_eq(td_resp_stream_error(&b, &c, "server_error", "worker \"d0\" died"), 0);
+    ck_assert_str_eq(b.data, "data: {\"error\":{\"message\":\"worker \\\"d0\\\" died\",\"type\":"
+                             "\"server_error\",\"param\":null,\"code\":null}}\n\ndata: [DONE]\n\n");
+    td_buf_free(&b);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("response");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_chat_chunks_exact);
+    tcase_add_test(tc, test_completions_stream_usage_and_logprobs);
+    tcase_add_test(tc, test_anthropic_stream_order);
+    tcase_add_test(tc, test_full_bodies);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
