@@ -1,0 +1,164 @@
+/* placement.c: round robin, least loaded and power-of-two-choices over heartbeat load. */
+#include "placement.h"
+#include "td_error.h"
+
+#include <string.h>
+
+int td_place_policy_parse(const char *s, td_place_policy_t *out)
+{
+    if (strcmp(s, "round_robin") == 0)
+        *out = TD_PLACE_ROUND_ROBIN;
+    else if (strcmp(s, "least_loaded") == 0)
+        *out = TD_PLACE_LEAST_LOADED;
+    else if (strcmp(s, "p2c") == 0 || strcmp(s, "power_of_two") == 0)
+        *out = TD_PLACE_P2C;
+    else
+        return td_err_set(TD_EINVAL,
+                          "unknown placement policy \"%s\" (round_robin, least_loaded, p2c)", s);
+    return 0;
+}
+
+const char *td_place_policy_name(td_place_policy_t p)
+{
+    switch (p) {
+    case TD_PLACE_ROUND_ROBIN: return "round_robin";
+    case TD_PLACE_LEAST_LOADED: return "least_loaded";
+    default: return "p2c";
+    }
+}
+
+void td_placer_init(td_placer_t *p, td_place_policy_t policy, const td_place_limits_t *limits,
+                    uint64_t seed)
+{
+    memset(p, 0, sizeof(*p));
+    p->policy = policy;
+    if (limits)
+        p->limits = *limits;
+    p->rng = seed ? seed : 0x9E3779B97F4A7C15ull;
+}
+
+void td_place_heartbeat(td_place_load_t *l, uint64_t queued_prefill_tokens, uint32_t running,
+                        uint32_t free_blocks, uint32_t total_blocks, bool draining)
+{
+    l->queued_prefill_tokens = queued_prefill_tokens;
+    l->running = running;
+    l->free_blocks = free_blocks;
+    l->total_blocks = total_blocks;
+    l->draining = draining;
+    l->pending_tokens = 0;
+    l->pending_seqs = 0;
+    l->pending_blocks = 0;
+}
+
+static uint64_t next_rand(td_placer_t *p)
+{
+    uint64_t x = p->rng; /* xorshift64* */
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    p->rng = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+typedef enum { PREFILL, DECODE } kind_t;
+
+static bool eligible(const td_placer_t *p, const td_place_load_t *l, kind_t k, uint64_t need)
+{
+    if (!l->alive || l->draining)
+        return false;
+    if (k == PREFILL) {
+        uint64_t q = l->queued_prefill_tokens + l->pending_tokens;
+        /* an idle worker always takes a request, however long: the mark bounds queues */
+        return !p->limits.max_queued_tokens || q == 0 || q + need <= p->limits.max_queued_tokens;
+    }
+    uint64_t free = l->free_blocks > l->pending_blocks ? l->free_blocks - l->pending_blocks : 0;
+    if (need > free)
+        return false;
+    if (p->limits.max_running && l->running + l->pending_seqs >= p->limits.max_running)
+        return false;
+    if (p->limits.max_kv_usage > 0 && l->total_blocks) {
+        double used = (double)(l->total_blocks - free + need) / l->total_blocks;
+        if (used > p->limits.max_kv_usage)
+            return false;
+    }
+    return true;
+}
+
+static double score(const td_place_load_t *l, kind_t k)
+{
+    if (k == PREFILL)
+        return (double)(l->queued_prefill_tokens + l->pending_tokens);
+    double usage = 0;
+    if (l->total_blocks) {
+        uint64_t free = l->free_blocks > l->pending_blocks ? l->free_blocks - l->pending_blocks : 0;
+        usage = (double)(l->total_blocks - free) / l->total_blocks;
+    }
+    return (double)(l->running + l->pending_seqs) + usage;
+}
+
+static int pick(td_placer_t *p, td_place_load_t *loads, size_t n, kind_t k, uint64_t need)
+{
+    size_t n_ok = 0;
+    for (size_t i = 0; i < n; i++)
+        n_ok += eligible(p, &loads[i], k, need);
+    if (n_ok == 0)
+        return -1;
+    int best = -1;
+    switch (p->policy) {
+    case TD_PLACE_ROUND_ROBIN:
+        for (size_t step = 0; step < n && best < 0; step++) {
+            size_t i = (size_t)((p->rr_next + step) % n);
+            if (eligible(p, &loads[i], k, need)) {
+                best = (int)i;
+                p->rr_next = i + 1;
+            }
+        }
+        break;
+    case TD_PLACE_LEAST_LOADED:
+        for (size_t i = 0; i < n; i++)
+            if (eligible(p, &loads[i], k, need) &&
+                (best < 0 || score(&loads[i], k) < score(&loads[best], k)))
+                best = (int)i;
+        break;
+    case TD_PLACE_P2C: {
+        /* draw two distinct eligible workers (the n-th eligible by rank) */
+        size_t a = (size_t)(next_rand(p) % n_ok), b = a;
+        if (n_ok > 1) {
+            b = (size_t)(next_rand(p) % (n_ok - 1));
+            if (b >= a)
+                b++;
+        }
+        int ia = -1, ib = -1;
+        for (size_t i = 0, rank = 0; i < n; i++) {
+            if (!eligible(p, &loads[i], k, need))
+                continue;
+            if (rank == a)
+                ia = (int)i;
+            if (rank == b)
+                ib = (int)i;
+            rank++;
+        }
+        best = score(&loads[ib], k) < score(&loads[ia], k) ? ib : ia;
+        break;
+    }
+    }
+    return best;
+}
+
+int td_place_prefill(td_placer_t *p, td_place_load_t *loads, size_t n, uint64_t tokens)
+{
+    int i = pick(p, loads, n, PREFILL, tokens);
+    if (i >= 0)
+        loads[i].pending_tokens += tokens;
+    return i;
+}
+
+int td_place_decode(td_placer_t *p, td_place_load_t *loads, size_t n, uint32_t blocks)
+{
+    int i = pick(p, loads, n, DECODE, blocks);
+    if (i >= 0) {
+        loads[i].pending_seqs++;
+        loads[i].pending_blocks += blocks;
+    }
+    return i;
+}

@@ -1,0 +1,133 @@
+/* test_placement.c: placement policies, high-water marks and the local pending estimate. */
+#include "placement.h"
+#include "td_error.h"
+
+#include <check.h>
+#include <string.h>
+
+static void fleet(td_place_load_t *l, size_t n)
+{
+    memset(l, 0, n * sizeof(*l));
+    for (size_t i = 0; i < n; i++) {
+        l[i].alive = true;
+        l[i].free_blocks = l[i].total_blocks = 100;
+    }
+}
+
+START_TEST(test_round_robin_skips_ineligible)
+{
+    td_place_load_t l[4];
+    fleet(l, 4);
+    l[2].alive = false;
+    td_placer_t p;
+    td_placer_init(&p, TD_PLACE_ROUND_ROBIN, NULL, 1);
+    int seq[6];
+    for (int i = 0; i < 6; i++)
+        seq[i] = td_place_decode(&p, l, 4, 1);
+    int want[6] = {0, 1, 3, 0, 1, 3};
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(seq[i], want[i]);
+}
+END_TEST
+
+START_TEST(test_least_loaded_and_pending)
+{
+    td_place_load_t l[3];
+    fleet(l, 3);
+    td_place_heartbeat(&l[0], 500, 0, 0, 0, false);
+    td_place_heartbeat(&l[1], 100, 0, 0, 0, false);
+    td_place_heartbeat(&l[2], 300, 0, 0, 0, false);
+    td_placer_t p;
+    td_placer_init(&p, TD_PLACE_LEAST_LOADED, NULL, 1);
+    ck_assert_int_eq(td_place_prefill(&p, l, 3, 150), 1); /* 100 -> 250 pending */
+    ck_assert_int_eq(td_place_prefill(&p, l, 3, 100), 1); /* 250 < 300 -> 350 */
+    ck_assert_int_eq(td_place_prefill(&p, l, 3, 100), 2); /* now 300 is the least */
+    /* a heartbeat supersedes the estimate */
+    td_place_heartbeat(&l[1], 0, 0, 0, 0, false);
+    ck_assert_uint_eq(l[1].pending_tokens, 0);
+    ck_assert_int_eq(td_place_prefill(&p, l, 3, 10), 1);
+}
+END_TEST
+
+START_TEST(test_high_water_marks)
+{
+    td_place_load_t l[2];
+    fleet(l, 2);
+    td_place_limits_t lim = {.max_queued_tokens = 1000, .max_running = 2, .max_kv_usage = 0.5};
+    td_placer_t p;
+    td_placer_init(&p, TD_PLACE_LEAST_LOADED, &lim, 1);
+    /* prefill: an idle worker takes a long prompt; a busy one does not go past its mark */
+    ck_assert_int_eq(td_place_prefill(&p, l, 2, 5000), 0);
+    ck_assert_int_eq(td_place_prefill(&p, l, 2, 5000), 1);
+    ck_assert_int_eq(td_place_prefill(&p, l, 2, 10), -1);
+    /* decode: max_running 2 per worker */
+    td_place_load_t d[2];
+    fleet(d, 2);
+    int got[5];
+    for (int i = 0; i < 5; i++)
+        got[i] = td_place_decode(&p, d, 2, 1);
+    ck_assert_int_ne(got[0], -1);
+    ck_assert_int_ne(got[3], -1);
+    ck_assert_int_eq(got[4], -1);
+    /* decode: KV usage mark and block fit */
+    fleet(d, 2);
+    lim.max_running = 0;
+    td_placer_init(&p, TD_PLACE_LEAST_LOADED, &lim, 1);
+    ck_assert_int_eq(td_place_decode(&p, d, 2, 60), -1); /* 60% > 50% on either */
+    ck_assert_int_ge(td_place_decode(&p, d, 2, 40), 0);
+    d[0].draining = d[1].draining = true;
+    ck_assert_int_eq(td_place_decode(&p, d, 2, 1), -1);
+}
+END_TEST
+
+START_TEST(test_p2c_balances)
+{
+    enum { N = 8 };
+    td_place_load_t l[N];
+    fleet(l, N);
+    for (size_t i = 0; i < N; i++)
+        l[i].free_blocks = l[i].total_blocks = 100000;
+    td_placer_t p;
+    td_placer_init(&p, TD_PLACE_P2C, NULL, 42);
+    int count[N] = {0};
+    for (int i = 0; i < 8000; i++) {
+        int w = td_place_decode(&p, l, N, 1);
+        ck_assert_int_ge(w, 0);
+        count[w]++;
+    }
+    /* with the pending estimate p2c keeps every worker within a few of the mean (1000) */
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(count[i] >= 990 && count[i] <= 1010, "worker %d got %d", i, count[i]);
+    /* a worker out of rotation never gets work */
+    td_placer_init(&p, TD_PLACE_P2C, NULL, 7);
+    fleet(l, N);
+    l[3].alive = false;
+    for (int i = 0; i < 1000; i++)
+        ck_assert_int_ne(td_place_decode(&p, l, N, 1), 3);
+    /* a single eligible worker is chosen (fresh fleet: the loop above filled their blocks) */
+    fleet(l, N);
+    for (size_t i = 0; i < N; i++)
+        l[i].alive = i == 5;
+    ck_assert_int_eq(td_place_decode(&p, l, N, 1), 5);
+    td_place_policy_t pol;
+    ck_assert_int_eq(td_place_policy_parse("p2c", &pol), 0);
+    ck_assert_int_eq(pol, TD_PLACE_P2C);
+    ck_assert_int_eq(td_place_policy_parse("random", &pol), TD_EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("placement");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_round_robin_skips_ineligible);
+    tcase_add_test(tc, test_least_loaded_and_pending);
+    tcase_add_test(tc, test_high_water_marks);
+    tcase_add_test(tc, test_p2c_balances);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
