@@ -1,0 +1,41 @@
+/* kvindex.h: the router's in-memory mirror of the cluster KV index: which workers hold which
+ * prompt blocks (td_kvhash_t), and in which tier. Placement asks it how many leading blocks of a
+ * prompt each worker already holds, so a request goes where its prefix is cached. The mirror is
+ * fed by workers' add/remove events; it is never authoritative (a hit that turns out stale costs
+ * a recompute, not a wrong answer). Loop thread only.
+ */
+#ifndef TD_ROUTER_KVINDEX_H
+#define TD_ROUTER_KVINDEX_H
+
+#include "td_kvhash.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct td_kvindex td_kvindex_t;
+
+/* Tiers, fastest first. */
+enum { TD_TIER_POOL = 0, TD_TIER_HOST = 1, TD_TIER_DISK = 2 };
+
+td_kvindex_t *td_kvindex_new(void);
+void td_kvindex_free(td_kvindex_t *ix);
+
+/* Record that `worker` holds block `h` in `tier` (an existing record's tier is updated).
+ * 0 or TD_ENOMEM. */
+int td_kvindex_add(td_kvindex_t *ix, const td_kvhash_t *h, uint32_t worker, uint8_t tier);
+/* Forget one holder of one block (no-op when unknown). */
+void td_kvindex_remove(td_kvindex_t *ix, const td_kvhash_t *h, uint32_t worker);
+/* Forget every block of a worker (it died or restarted). Sweeps the whole index. */
+void td_kvindex_remove_worker(td_kvindex_t *ix, uint32_t worker);
+
+/* How many of hashes[0..n) a worker holds as an unbroken prefix (in any tier, or only in tiers
+ * <= max_tier). */
+size_t td_kvindex_prefix(const td_kvindex_t *ix, const td_kvhash_t *hashes, size_t n,
+                         uint32_t worker, uint8_t max_tier);
+/* The tier a worker holds a block in, or -1. */
+int td_kvindex_tier(const td_kvindex_t *ix, const td_kvhash_t *h, uint32_t worker);
+
+/* Blocks with at least one holder. */
+size_t td_kvindex_blocks(const td_kvindex_t *ix);
+
+#endif
