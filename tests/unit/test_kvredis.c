@@ -1,0 +1,265 @@
+/* test_kvredis.c: the Redis-backed KV index against a real redis-server on loopback: events from
+ * a worker reach a router, a late router resyncs, and after Redis restarts empty the worker
+ * republishes and routers resync. */
+#include "td_kvredis.h"
+#include "td_util.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <hiredis/hiredis.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int redis_port;
+static pid_t redis_pid;
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    socklen_t len = sizeof(sa);
+    getsockname(fd, (struct sockaddr *)&sa, &len);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static long long redis_int(const char *fmt, const char *arg)
+{
+    redisContext *c = redisConnect("127.0.0.1", redis_port);
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        return -1;
+    }
+    redisReply *r = redisCommand(c, fmt, arg);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    if (r && r->type == REDIS_REPLY_STATUS)
+        v = 0;
+    freeReplyObject(r);
+    redisFree(c);
+    return v;
+}
+
+static void redis_start(void)
+{
+    char port[16];
+    snprintf(port, sizeof(port), "%d", redis_port);
+    redis_pid = fork();
+    if (redis_pid == 0) {
+        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--loglevel", "warning", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 500; i++) {
+        if (redis_int("PING", NULL) == 0)
+            return;
+        usleep(10000);
+    }
+    ck_abort_msg("redis-server did not start on port %d", redis_port);
+}
+
+static void redis_stop(void)
+{
+    kill(redis_pid, SIGKILL);
+    waitpid(redis_pid, NULL, 0);
+}
+
+/* A tiny mirror: tier per (worker, block) for 2 workers x 256 blocks, -1 when absent. */
+typedef struct mirror {
+    int8_t tier[2][256];
+    int resets;
+    int ups, downs, inventories;
+} mirror_t;
+
+static td_kvhash_t blk(int i)
+{
+    td_kvhash_t h;
+    memset(&h, 0, sizeof(h));
+    h.b[0] = (uint8_t)i;
+    h.b[15] = 0xAB;
+    return h;
+}
+
+static void on_events(const td_kvredis_event_t *ev, size_t n, void *ud)
+{
+    mirror_t *m = ud;
+    for (size_t i = 0; i < n; i++) {
+        int w = strcmp(ev[i].worker, "d0") == 0 ? 0 : 1;
+        if (ev[i].op == TD_KVREDIS_RESET) {
+            memset(m->tier[w], -1, sizeof(m->tier[w]));
+            m->resets++;
+        } else {
+            ck_assert_uint_eq(ev[i].hash.b[15], 0xAB);
+            m->tier[w][ev[i].hash.b[0]] = ev[i].op == TD_KVREDIS_ADD ? (int8_t)ev[i].tier : -1;
+        }
+    }
+}
+
+static void on_state(bool up, bool need_inventory, void *ud)
+{
+    mirror_t *m = ud;
+    if (up)
+        m->ups++;
+    else
+        m->downs++;
+}
+
+/* the worker's own inventory, republished on every connect */
+static td_kvredis_t *worker;
+static int8_t inventory[256];
+
+static void worker_state(bool up, bool need_inventory, void *ud)
+{
+    mirror_t *m = ud;
+    on_state(up, need_inventory, ud);
+    if (!up || !need_inventory)
+        return;
+    uint8_t tiers[256];
+    td_kvhash_t hs[256];
+    size_t n = 0;
+    for (int i = 0; i < 256; i++)
+        if (inventory[i] >= 0)
+            tiers[n] = (uint8_t)inventory[i], hs[n++] = blk(i);
+    ck_assert_int_eq(td_kvredis_publish_inventory(worker, tiers, hs, n), 0);
+    m->inventories++;
+}
+
+static int count(const mirror_t *m, int w)
+{
+    int n = 0;
+    for (int i = 0; i < 256; i++)
+        n += m->tier[w][i] >= 0;
+    return n;
+}
+
+static uv_loop_t loop;
+static bool run_until(bool (*cond)(void *), void *arg, int ms)
+{
+    uint64_t end = td_now_ns() + (uint64_t)ms * 1000000;
+    while (!cond(arg) && td_now_ns() < end) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    return cond(arg);
+}
+
+typedef struct want {
+    mirror_t *m;
+    int w, n;
+    long long scard;
+    td_kvredis_t *r;
+    uint64_t resyncs;
+} want_t;
+
+static bool have(void *a)
+{
+    want_t *x = a;
+    if (x->r && td_kvredis_resyncs(x->r) < x->resyncs)
+        return false;
+    if (count(x->m, x->w) != x->n)
+        return false;
+    return x->scard < 0 || redis_int("HLEN %s", "t:holders:d0") == x->scard;
+}
+
+static void publish(int i, int tier)
+{
+    inventory[i] = (int8_t)tier;
+    td_kvhash_t h = blk(i);
+    ck_assert_int_eq(td_kvredis_publish(worker, tier < 0 ? TD_KVREDIS_REMOVE : TD_KVREDIS_ADD,
+                                        (uint8_t)(tier < 0 ? 0 : tier), &h),
+                     0);
+}
+
+START_TEST(test_events_resync_restart)
+{
+    redis_port = free_port();
+    redis_start();
+    uv_loop_init(&loop);
+    char addr[32];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", redis_port);
+    memset(inventory, -1, sizeof(inventory));
+    mirror_t wm = {0}, rm = {0}, late = {0};
+    memset(rm.tier, -1, sizeof(rm.tier));
+    memset(late.tier, -1, sizeof(late.tier));
+    td_kvredis_opts_t wo = {.addr = addr, .ns = "t", .worker_id = "d0", .on_state = worker_state,
+                            .ud = &wm};
+    td_kvredis_opts_t ro = {.addr = addr, .ns = "t", .subscribe = true, .on_events = on_events,
+                            .on_state = on_state, .ud = &rm};
+    td_kvredis_t *router = td_kvredis_new(&loop, &ro);
+    worker = td_kvredis_new(&loop, &wo);
+    ck_assert_ptr_nonnull(router);
+    ck_assert_ptr_nonnull(worker);
+    want_t w = {&rm, 0, 0, 0, router, 1};
+    ck_assert(run_until(have, &w, 5000)); /* both connected, first resync done */
+    ck_assert(td_kvredis_connected(worker));
+    /* 100 adds, then 10 removes and 5 tier changes, as events */
+    for (int i = 0; i < 100; i++)
+        publish(i, i % 3);
+    w = (want_t){&rm, 0, 100, 100, NULL, 0};
+    ck_assert(run_until(have, &w, 5000));
+    for (int i = 0; i < 10; i++)
+        publish(i, -1);
+    for (int i = 50; i < 55; i++)
+        publish(i, 2);
+    w = (want_t){&rm, 0, 90, 90, NULL, 0};
+    ck_assert(run_until(have, &w, 5000));
+    for (int i = 0; i < 256; i++)
+        ck_assert_int_eq(rm.tier[0][i], inventory[i]);
+    /* a router that starts late learns everything by resync */
+    ro.ud = &late;
+    td_kvredis_t *router2 = td_kvredis_new(&loop, &ro);
+    w = (want_t){&late, 0, 90, 90, router2, 1};
+    ck_assert(run_until(have, &w, 5000));
+    ck_assert_int_ge(late.resets, 1);
+    /* Redis dies and comes back empty: the worker republishes, routers resync */
+    redis_stop();
+    for (int i = 200; i < 205; i++)
+        publish(i, 1); /* while Redis is down: carried by the inventory */
+    redis_start();
+    w = (want_t){&rm, 0, 95, 95, NULL, 0};
+    ck_assert(run_until(have, &w, 15000));
+    for (int i = 0; i < 256; i++)
+        ck_assert_int_eq(rm.tier[0][i], inventory[i]);
+    ck_assert_int_ge(wm.inventories, 2);
+    ck_assert_int_ge(rm.downs, 1);
+    td_kvredis_close(worker);
+    td_kvredis_close(router);
+    td_kvredis_close(router2);
+    for (int i = 0; i < 500 && uv_run(&loop, UV_RUN_NOWAIT); i++)
+        usleep(1000);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    redis_stop();
+}
+END_TEST
+
+START_TEST(test_bad_address)
+{
+    uv_loop_init(&loop);
+    td_kvredis_opts_t o = {.addr = "nowhere", .ns = "t"};
+    ck_assert_ptr_null(td_kvredis_new(&loop, &o));
+    uv_loop_close(&loop);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kvredis");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_events_resync_restart);
+    tcase_add_test(tc, test_bad_address);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
