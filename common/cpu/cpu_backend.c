@@ -1,0 +1,537 @@
+/* cpu_backend.c: the CPU reference backend: fp32 math, weights dequantised row by row on the fly,
+ * matmuls split over output rows and attention split over (token, head) pairs across a small
+ * pthread pool. Kernels are plain loops over GCC vector types the compiler maps to SIMD. */
+#include "cpu_impl.h"
+#include "td_backend.h"
+#include "td_error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SCRATCH_FLOATS                                                                             \
+    65536             /* per-thread dequantisation buffer: rows are converted in chunks;           \
+                        a multiple of 2 x 128 so chunks keep Q8_0 and FP8 blocks whole */
+#define MAX_HEAD 4096 /* largest head width / latent rank attention accumulates */
+
+typedef struct cpu {
+    td_cpu_pool_t *pool;
+    float **scratch; /* [n_threads][SCRATCH_FLOATS] */
+    int n_threads;
+} cpu_t;
+
+/* 8-float vectors pass between inlined helpers only; the ABI note does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load8(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static inline float hsum8(v8f v)
+{
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+TD_CPU_KERNEL float td__cpu_dot(const float *a, const float *b, int64_t n)
+{
+    v8f s0 = {0}, s1 = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 += load8(a + i) * load8(b + i);
+        s1 += load8(a + i + 8) * load8(b + i + 8);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 += load8(a + i) * load8(b + i);
+    float s = hsum8(s0 + s1);
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* Matmul kernels. Every output (row r, token t) is summed in the same order whichever kernel
+ * computes it: one 8-lane accumulator over 8-value steps, a fixed tree for the lanes, then the
+ * scalar tail. So a token's result does not depend on which other tokens share its step (or how
+ * the rows are split across threads): batching and chunking are bitwise invariant. */
+static inline float finish(v8f acc, const float *w, const float *x, int64_t i, int64_t n)
+{
+    float s = hsum8(acc);
+    for (; i < n; i++)
+        s += w[i] * x[i];
+    return s;
+}
+
+/* Two weight rows against four tokens (8 accumulators: each loaded value feeds two or four
+ * products), one row against four tokens, one row against one token. Measured on this machine:
+ * decode (one token) streams weights fastest one row at a time; prefill runs about twice as fast
+ * with the two-row tile as with one row against eight tokens. */
+TD_CPU_KERNEL static void kern_2x4(const float *w0, const float *w1, const float *x, int64_t ld,
+                                   int64_t n, float out[2][4])
+{
+    v8f a00 = {0}, a01 = {0}, a02 = {0}, a03 = {0}, a10 = {0}, a11 = {0}, a12 = {0}, a13 = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f u = load8(w0 + i), v = load8(w1 + i), xv;
+        xv = load8(x + i);
+        a00 += u * xv;
+        a10 += v * xv;
+        xv = load8(x + ld + i);
+        a01 += u * xv;
+        a11 += v * xv;
+        xv = load8(x + 2 * ld + i);
+        a02 += u * xv;
+        a12 += v * xv;
+        xv = load8(x + 3 * ld + i);
+        a03 += u * xv;
+        a13 += v * xv;
+    }
+    out[0][0] = finish(a00, w0, x, i, n);
+    out[0][1] = finish(a01, w0, x + ld, i, n);
+    out[0][2] = finish(a02, w0, x + 2 * ld, i, n);
+    out[0][3] = finish(a03, w0, x + 3 * ld, i, n);
+    out[1][0] = finish(a10, w1, x, i, n);
+    out[1][1] = finish(a11, w1, x + ld, i, n);
+    out[1][2] = finish(a12, w1, x + 2 * ld, i, n);
+    out[1][3] = finish(a13, w1, x + 3 * ld, i, n);
+}
+
+TD_CPU_KERNEL static void kern_1x4(const float *w, const float *x, int64_t ld, int64_t n,
+                                   float out[4])
+{
+    v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f u = load8(w + i);
+        a0 += u * load8(x + i);
+        a1 += u * load8(x + ld + i);
+        a2 += u * load8(x + 2 * ld + i);
+        a3 += u * load8(x + 3 * ld + i);
+    }
+    out[0] = finish(a0, w, x, i, n);
+    out[1] = finish(a1, w, x + ld, i, n);
+    out[2] = finish(a2, w, x + 2 * ld, i, n);
+    out[3] = finish(a3, w, x + 3 * ld, i, n);
+}
+
+TD_CPU_KERNEL static float kern_1x1(const float *w, const float *x, int64_t n)
+{
+    v8f a = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        a += load8(w + i) * load8(x + i);
+    return finish(a, w, x, i, n);
+}
+
+TD_CPU_KERNEL static void axpy(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* ---------- matmul ---------- */
+
+typedef struct mm_job {
+    cpu_t *c;
+    float *out;
+    int out_ld;
+    const float *x;
+    int x_ld;
+    int T;
+    const td_mat_t *W;
+} mm_job_t;
+
+/* Dequantise columns [c0, c0+n) of row r into buf (or point straight at F32 data). */
+/* Vectorised dequantisation of BF16, F16 and Q8_0 rows. Each conversion is exact (or, for Q8_0,
+ * the same single fp32 product d * q) so results equal td_mat_row_f32's bit for bit. */
+typedef uint16_t v8u16 __attribute__((vector_size(16)));
+typedef uint32_t v8u32 __attribute__((vector_size(32)));
+typedef _Float16 v8hf __attribute__((vector_size(16)));
+
+TD_CPU_KERNEL static void bf16_row(const uint8_t *src, int64_t n, float *out)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8u16 h;
+        memcpy(&h, src + 2 * i, sizeof(h));
+        v8u32 u = __builtin_convertvector(h, v8u32) << 16;
+        memcpy(out + i, &u, sizeof(u));
+    }
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        uint32_t u = (uint32_t)h << 16;
+        memcpy(out + i, &u, 4);
+    }
+}
+
+TD_CPU_KERNEL static void f16_row(const uint8_t *src, int64_t n, float *out)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8hf h;
+        memcpy(&h, src + 2 * i, sizeof(h));
+        v8f f = __builtin_convertvector(h, v8f);
+        memcpy(out + i, &f, sizeof(f));
+    }
+    for (; i < n; i++) {
+        _Float16 h;
+        memcpy(&h, src + 2 * i, 2);
+        out[i] = (float)h;
+    }
+}
+
+TD_CPU_KERNEL TD_CPU_VECTORIZE static void q8_0_row(const uint8_t *src, int64_t n, float *out)
+{
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *blk = src + b * 34;
+        const int8_t *q = (const int8_t *)(blk + 2);
+        _Float16 h;
+        memcpy(&h, blk, 2);
+        float d = (float)h, *o = out + b * 32;
+        for (int j = 0; j < 32; j++) /* a fixed-length loop the compiler vectorises */
+            o[j] = d * (float)q[j];
+    }
+}
+
+/* Columns [c0, c0 + n) of row r as fp32: straight from F32 data, else dequantised into buf. */
+static const float *row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, float *buf)
+{
+    const uint8_t *row =
+        (const uint8_t *)W->data + (size_t)r * td_dtype_row_bytes(W->dtype, W->cols);
+    /* chunks keep Q8_0 (32) and FP8 (128) blocks whole: the chunk length is a multiple of 128 */
+    const uint8_t *at = row + td_dtype_row_bytes(W->dtype, c0);
+    switch (W->dtype) {
+    case TD_DTYPE_F32:
+        return (const float *)at;
+    case TD_DTYPE_BF16:
+        bf16_row(at, n, buf);
+        return buf;
+    case TD_DTYPE_F16:
+        f16_row(at, n, buf);
+        return buf;
+    case TD_DTYPE_Q8_0:
+        q8_0_row(at, n, buf);
+        return buf;
+    default: {
+        td_mat_t sub = *W; /* F8: the model's converter with this chunk's scales */
+        sub.cols = n;
+        sub.data = at;
+        sub.scale_row0 = W->scale_row0 + r;
+        sub.scale = W->scale + c0 / 128;
+        td_mat_row_f32(&sub, 0, buf);
+        return buf;
+    }
+    }
+}
+
+/* Add o to out[t][r], or store it for the first column chunk. */
+static inline void put(const mm_job_t *j, int64_t t, int64_t r, int64_t c0, float o)
+{
+    float *dst = &j->out[(size_t)t * j->out_ld + r];
+    *dst = c0 ? *dst + o : o;
+}
+
+/* Rows [r0, r1) of the product. With four or more tokens: pairs of rows against groups of four
+ * tokens (kern_2x4), the rest one by one; otherwise one row at a time. Long rows are dequantised
+ * in column chunks of the scratch buffer (half of it per row of a pair). */
+static void mm_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    mm_job_t *j = arg;
+    const td_mat_t *W = j->W;
+    const int64_t ld = j->x_ld, step = j->T >= 4 ? 2 : 1, chunk = SCRATCH_FLOATS / 2;
+    float *buf = j->c->scratch[tid];
+    for (int64_t r = r0; r < r1; r += step) {
+        bool pair = step == 2 && r + 1 < r1;
+        for (int64_t c0 = 0; c0 < W->cols; c0 += chunk) {
+            int64_t n = TD_MIN(chunk, W->cols - c0), t = 0;
+            const float *w0 = row_chunk(W, r, c0, n, buf);
+            const float *w1 = pair ? row_chunk(W, r + 1, c0, n, buf + chunk) : NULL;
+            for (; t + 4 <= j->T; t += 4) {
+                const float *x = j->x + (size_t)t * ld + c0;
+                float o[2][4];
+                if (pair)
+                    kern_2x4(w0, w1, x, ld, n, o);
+                else
+                    kern_1x4(w0, x, ld, n, o[0]);
+                for (int k = 0; k < 4; k++) {
+                    put(j, t + k, r, c0, o[0][k]);
+                    if (pair)
+                        put(j, t + k, r + 1, c0, o[1][k]);
+                }
+            }
+            for (; t < j->T; t++) {
+                const float *x = j->x + (size_t)t * ld + c0;
+                put(j, t, r, c0, kern_1x1(w0, x, n));
+                if (pair)
+                    put(j, t, r + 1, c0, kern_1x1(w1, x, n));
+            }
+        }
+    }
+}
+
+static void cpu_matmul(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
+                       const td_mat_t *W)
+{
+    cpu_t *c = b->impl;
+    mm_job_t j = {c, out, out_ld, x, x_ld, T, W};
+    /* small products are not worth waking the other threads */
+    int64_t work = W->rows * W->cols * (int64_t)T;
+    td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows, mm_rows, &j);
+}
+
+typedef struct mmt_job {
+    cpu_t *c;
+    float *out;
+    int out_ld;
+    const float *x;
+    int x_ld;
+    const td_mat_t *W;
+    int64_t row0, n_rows;
+} mmt_job_t;
+
+/* Tokens [t0, t1): out[t] = sum_r x[t][r] W[row0 + r]. */
+static void mmt_tokens(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    mmt_job_t *j = arg;
+    float *buf = j->c->scratch[tid];
+    int64_t cols = j->W->cols;
+    for (int64_t t = t0; t < t1; t++)
+        memset(j->out + t * j->out_ld, 0, (size_t)cols * sizeof(float));
+    for (int64_t r = 0; r < j->n_rows; r++) {
+        const float *w = row_chunk(j->W, j->row0 + r, 0, cols, buf);
+        for (int64_t t = t0; t < t1; t++)
+            axpy(j->out + t * j->out_ld, j->x[t * j->x_ld + r], w, cols);
+    }
+}
+
+static void cpu_matmul_t(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
+                         const td_mat_t *W, int64_t row0, int64_t n_rows)
+{
+    cpu_t *c = b->impl;
+    TD_ASSERT(W->cols <= SCRATCH_FLOATS);
+    mmt_job_t j = {c, out, out_ld, x, x_ld, W, row0, n_rows};
+    td_cpu_pool_run(T < 2 ? NULL : c->pool, T, mmt_tokens, &j);
+}
+
+/* ---------- elementwise ---------- */
+
+static void cpu_rmsnorm(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
+                        int n, const float *w, float eps)
+{
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * x_ld;
+        float *o = out + (size_t)t * out_ld;
+        double ss = 0;
+        for (int i = 0; i < n; i++)
+            ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / n + eps));
+        for (int i = 0; i < n; i++)
+            o[i] = xr[i] * inv * w[i];
+    }
+}
+
+static void cpu_rope(td_backend_t *b, float *x, int ld, int T, int n_heads, int head_ld,
+                     int rope_dim, const int32_t *pos, const float *inv_freq, float mscale,
+                     bool interleaved)
+{
+    int half = rope_dim / 2;
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            float angle = (float)pos[t] * inv_freq[i]; /* fp32 like the references */
+            float cs = (float)cos(angle) * mscale, sn = (float)sin(angle) * mscale;
+            for (int h = 0; h < n_heads; h++) {
+                float *v = x + (size_t)t * ld + (size_t)h * head_ld;
+                int a = interleaved ? 2 * i : i, c = interleaved ? 2 * i + 1 : i + half;
+                float x0 = v[a], x1 = v[c];
+                v[a] = x0 * cs - x1 * sn;
+                v[c] = x0 * sn + x1 * cs;
+            }
+        }
+    }
+}
+
+static void cpu_silu_mul(td_backend_t *b, float *g, int g_ld, const float *u, int u_ld, int T,
+                         int n)
+{
+    for (int t = 0; t < T; t++) {
+        float *gr = g + (size_t)t * g_ld;
+        const float *ur = u + (size_t)t * u_ld;
+        for (int i = 0; i < n; i++)
+            gr[i] = gr[i] / (1.0f + expf(-gr[i])) * ur[i];
+    }
+}
+
+static void cpu_add(td_backend_t *b, float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+static void cpu_kv_store(td_backend_t *b, td_kv_pool_t *pool, int layer, const td_attn_tok_t *toks,
+                         int T, const float *src, int src_ld)
+{
+    int B = pool->layout.block_size, n = pool->layout.token_floats;
+    for (int t = 0; t < T; t++) {
+        float *dst = td_kv_slot(pool, toks[t].blocks[toks[t].pos / B], layer, toks[t].pos % B);
+        memcpy(dst, src + (size_t)t * src_ld, (size_t)n * sizeof(float));
+    }
+}
+
+/* ---------- attention ---------- */
+
+typedef struct attn_job {
+    float *out;
+    int out_ld;
+    const float *q;
+    int q_ld;
+    const float *q_pe;
+    int q_pe_ld, q_pe_head_ld;
+    const td_attn_tok_t *toks;
+    const td_kv_pool_t *pool;
+    int layer, n_heads, n_kv_heads, head_dim, rope_dim;
+    float scale;
+} attn_job_t;
+
+/* Online softmax: fold score s with value row v (n values) into (m, l, acc). */
+TD_CPU_KERNEL static void softmax_fold(float s, const float *v, int n, float *m, float *l,
+                                       float *acc)
+{
+    if (s > *m) {
+        float corr = expf(*m - s); /* 0 on the first token (m = -inf) */
+        for (int d = 0; d < n; d++)
+            acc[d] = acc[d] * corr + v[d];
+        *l = *l * corr + 1.0f;
+        *m = s;
+    } else {
+        float w = expf(s - *m);
+        axpy(acc, w, v, n);
+        *l += w;
+    }
+}
+
+static void gqa_items(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    attn_job_t *j = arg;
+    int B = j->pool->layout.block_size, hd = j->head_dim, group = j->n_heads / j->n_kv_heads;
+    float acc[MAX_HEAD];
+    for (int64_t it = i0; it < i1; it++) {
+        int t = (int)(it / j->n_heads), h = (int)(it % j->n_heads), kvh = h / group;
+        const float *q = j->q + (size_t)t * j->q_ld + (size_t)h * hd;
+        const td_attn_tok_t *tk = &j->toks[t];
+        float m = -INFINITY, l = 0;
+        memset(acc, 0, (size_t)hd * sizeof(float));
+        for (int p = 0; p <= tk->pos; p++) {
+            const float *kv = td_kv_slot(j->pool, tk->blocks[p / B], j->layer, p % B);
+            const float *k = kv + (size_t)kvh * hd;
+            const float *v = kv + (size_t)(j->n_kv_heads + kvh) * hd;
+            softmax_fold(td__cpu_dot(q, k, hd) * j->scale, v, hd, &m, &l, acc);
+        }
+        float *o = j->out + (size_t)t * j->out_ld + (size_t)h * hd;
+        for (int d = 0; d < hd; d++)
+            o[d] = acc[d] / l;
+    }
+}
+
+static void cpu_attn_gqa(td_backend_t *b, float *out, int out_ld, const float *q, int q_ld, int T,
+                         const td_attn_tok_t *toks, const td_kv_pool_t *pool, int layer,
+                         int n_heads, int n_kv_heads, int head_dim, float scale)
+{
+    cpu_t *c = b->impl;
+    TD_ASSERT(head_dim <= MAX_HEAD);
+    attn_job_t j = {out,  out_ld, q,       q_ld,       NULL,     0, 0,    toks,
+                    pool, layer,  n_heads, n_kv_heads, head_dim, 0, scale};
+    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, gqa_items, &j);
+}
+
+static void mla_items(void *arg, int64_t i0, int64_t i1, int tid)
+{
+    attn_job_t *j = arg;
+    int B = j->pool->layout.block_size, r = j->head_dim; /* head_dim carries kv_rank */
+    float acc[MAX_HEAD];
+    for (int64_t it = i0; it < i1; it++) {
+        int t = (int)(it / j->n_heads), h = (int)(it % j->n_heads);
+        const float *ql = j->q + ((size_t)t * j->n_heads + h) * r;
+        const float *qp = j->q_pe + (size_t)t * j->q_pe_ld + (size_t)h * j->q_pe_head_ld;
+        const td_attn_tok_t *tk = &j->toks[t];
+        float m = -INFINITY, l = 0;
+        memset(acc, 0, (size_t)r * sizeof(float));
+        for (int p = 0; p <= tk->pos; p++) {
+            const float *kv = td_kv_slot(j->pool, tk->blocks[p / B], j->layer, p % B);
+            float s = td__cpu_dot(ql, kv, r) + td__cpu_dot(qp, kv + r, j->rope_dim);
+            softmax_fold(s * j->scale, kv, r, &m, &l, acc);
+        }
+        float *o = j->out + ((size_t)t * j->n_heads + h) * r;
+        for (int d = 0; d < r; d++)
+            o[d] = acc[d] / l;
+    }
+}
+
+static void cpu_attn_mla(td_backend_t *b, float *out, const float *q_lat, const float *q_pe,
+                         int q_pe_ld, int q_pe_head_ld, int T, const td_attn_tok_t *toks,
+                         const td_kv_pool_t *pool, int layer, int n_heads, int kv_rank,
+                         int rope_dim, float scale)
+{
+    cpu_t *c = b->impl;
+    TD_ASSERT(kv_rank <= MAX_HEAD);
+    attn_job_t j = {out,  0,     q_lat,   0, q_pe,    q_pe_ld,  q_pe_head_ld, toks,
+                    pool, layer, n_heads, 0, kv_rank, rope_dim, scale};
+    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, mla_items, &j);
+}
+
+/* ---------- lifecycle ---------- */
+
+static void cpu_destroy(td_backend_t *b)
+{
+    if (!b)
+        return;
+    cpu_t *c = b->impl;
+    if (c) {
+        td_cpu_pool_free(c->pool);
+        for (int i = 0; c->scratch && i < c->n_threads; i++)
+            free(c->scratch[i]);
+        free(c->scratch);
+        free(c);
+    }
+    free(b);
+}
+
+td_backend_t *td_cpu_backend_create(int n_threads)
+{
+    if (n_threads < 1)
+        n_threads = 1;
+    td_backend_t *b = td_calloc(1, sizeof(*b));
+    cpu_t *c = td_calloc(1, sizeof(*c));
+    if (!b || !c) {
+        free(b);
+        free(c);
+        return NULL;
+    }
+    b->impl = c;
+    b->name = "cpu";
+    b->destroy = cpu_destroy;
+    b->matmul = cpu_matmul;
+    b->matmul_t = cpu_matmul_t;
+    b->rmsnorm = cpu_rmsnorm;
+    b->rope = cpu_rope;
+    b->silu_mul = cpu_silu_mul;
+    b->add = cpu_add;
+    b->kv_store = cpu_kv_store;
+    b->attn_gqa = cpu_attn_gqa;
+    b->attn_mla = cpu_attn_mla;
+    c->n_threads = n_threads;
+    c->scratch = td_calloc((size_t)n_threads, sizeof(float *));
+    if (!c->scratch)
+        goto err;
+    for (int i = 0; i < n_threads; i++)
+        if (!(c->scratch[i] = malloc(SCRATCH_FLOATS * sizeof(float))))
+            goto err;
+    if (!(c->pool = td_cpu_pool_create(n_threads)))
+        goto err;
+    return b;
+err:
+    cpu_destroy(b);
+    return NULL;
+}

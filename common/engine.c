@@ -1,0 +1,229 @@
+/* engine.c: engine lifecycle, RoPE frequency tables, and the step: batch flattening, block
+ * reservation, embedding, the architecture's forward, the output norm and the LM head. */
+#include "engine_impl.h"
+#include "td_error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool is_mla(const td_model_cfg_t *c)
+{
+    return c->arch == TD_ARCH_DEEPSEEK_V2 || c->arch == TD_ARCH_DEEPSEEK_V3;
+}
+
+/* YaRN's attention temperature: 0.1 * mscale * ln(factor) + 1 for factor > 1. */
+static double yarn_get_mscale(double factor, double mscale)
+{
+    return factor <= 1 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
+}
+
+static double yarn_correction_dim(double rotations, int dim, double base, int max_pos)
+{
+    return dim * log(max_pos / (rotations * 2 * M_PI)) / (2 * log(base));
+}
+
+/* inv_freq[i] = theta^(-2i/d), then the configured scaling (as in the models' reference code). */
+static void rope_tables(td_engine_t *e)
+{
+    const td_model_cfg_t *c = &e->m->cfg;
+    int d = c->rope_dim, half = d / 2;
+    double f = c->rope_factor;
+    e->rope_mscale = 1.0f;
+    for (int i = 0; i < half; i++) {
+        double freq = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / d));
+        switch (c->rope_scaling) {
+        case TD_ROPE_NONE:
+            break;
+        case TD_ROPE_LINEAR:
+            freq /= f;
+            break;
+        case TD_ROPE_LLAMA3: {
+            double lo_wl = c->rope_orig_ctx / c->rope_low_freq_factor;
+            double hi_wl = c->rope_orig_ctx / c->rope_high_freq_factor;
+            double wl = 2 * M_PI / freq;
+            if (wl > lo_wl) {
+                freq /= f;
+            } else if (wl >= hi_wl) {
+                double smooth = (c->rope_orig_ctx / wl - c->rope_low_freq_factor) /
+                                (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                freq = (1 - smooth) * freq / f + smooth * freq;
+            }
+            break;
+        }
+        case TD_ROPE_YARN: {
+            double lo =
+                floor(yarn_correction_dim(c->yarn_beta_fast, d, c->rope_theta, c->rope_orig_ctx));
+            double hi =
+                ceil(yarn_correction_dim(c->yarn_beta_slow, d, c->rope_theta, c->rope_orig_ctx));
+            lo = fmax(lo, 0);
+            hi = fmin(hi, d - 1);
+            if (lo == hi)
+                hi += 0.001;
+            double ramp = fmin(fmax((i - lo) / (hi - lo), 0), 1);
+            double smooth = 1 - ramp; /* 1: keep the original frequency (extrapolate) */
+            freq = freq / f * (1 - smooth) + freq * smooth;
+            break;
+        }
+        }
+        if (e->m->rope_freqs) /* GGUF's per-frequency divisors (llama3 scaling baked in) */
+            freq /= e->m->rope_freqs[i];
+        e->inv_freq[i] = (float)freq;
+    }
+    if (c->rope_scaling == TD_ROPE_YARN) {
+        if (is_mla(c) || c->yarn_mscale_all_dim != 0)
+            e->rope_mscale = (float)(yarn_get_mscale(f, c->yarn_mscale) /
+                                     yarn_get_mscale(f, c->yarn_mscale_all_dim));
+        else
+            e->rope_mscale = (float)yarn_get_mscale(f, 1.0);
+    }
+    if (is_mla(c)) {
+        double s = 1.0 / sqrt((double)(c->qk_nope_dim + c->qk_rope_dim));
+        if (c->rope_scaling == TD_ROPE_YARN && c->yarn_mscale_all_dim != 0) {
+            double ms = yarn_get_mscale(f, c->yarn_mscale_all_dim);
+            s *= ms * ms; /* the softmax scale takes YaRN's mscale squared */
+        }
+        e->attn_scale = (float)s;
+    } else {
+        e->attn_scale = (float)(1.0 / sqrt((double)c->head_dim));
+    }
+}
+
+int td_engine_create(const td_model_t *m, const td_engine_opts_t *opts, td_engine_t **out)
+{
+    *out = NULL;
+    const td_model_cfg_t *c = &m->cfg;
+    if ((is_mla(c) ? c->kv_lora_rank : c->head_dim) > 4096)
+        return td_err_set(TD_ENOTSUP, "%s: head width beyond the CPU backend's 4096", m->path);
+    td_engine_t *e = td_calloc(1, sizeof(*e));
+    if (!e)
+        return td_err_set(TD_ENOMEM, "out of memory");
+    e->m = m;
+    e->inv_freq = td_calloc((size_t)c->rope_dim / 2 + 1, sizeof(float));
+    e->be = td_cpu_backend_create(opts && opts->n_threads > 0 ? opts->n_threads : 1);
+    if (!e->inv_freq || !e->be) {
+        td_engine_free(e);
+        return td_err_set(TD_ENOMEM, "out of memory creating the engine");
+    }
+    rope_tables(e);
+    *out = e;
+    return 0;
+}
+
+void td_engine_free(td_engine_t *e)
+{
+    if (!e)
+        return;
+    if (e->be)
+        e->be->destroy(e->be);
+    free(e->inv_freq);
+    free(e->arena);
+    free(e);
+}
+
+const td_model_t *td_engine_model(const td_engine_t *e)
+{
+    return e->m;
+}
+
+float *td__scratch(td_engine_t *e, size_t n)
+{
+    n = TD_ALIGN_UP(n, (size_t)16); /* keep every buffer 64-byte aligned */
+    TD_ASSERT(e->arena_used + n <= e->arena_cap);
+    float *p = e->arena + e->arena_used;
+    e->arena_used += n;
+    return p;
+}
+
+static int arena_reserve(td_engine_t *e, size_t n)
+{
+    if (n <= e->arena_cap)
+        return 0;
+    free(e->arena);
+    e->arena = aligned_alloc(64, TD_ALIGN_UP(n * sizeof(float), (size_t)64));
+    e->arena_cap = e->arena ? n : 0;
+    return e->arena ? 0 : td_err_set(TD_ENOMEM, "out of memory: %zu floats of scratch", n);
+}
+
+int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int n)
+{
+    const td_model_cfg_t *c = &e->m->cfg;
+    if (n < 1)
+        return td_err_set(TD_EINVAL, "engine step with no sequences");
+    if (memcmp(pool->layout.model_digest, e->m->digest, 16) != 0)
+        return td_err_set(TD_EMISMATCH, "kv pool was laid out for another model");
+    int T = 0, n_out = 0;
+    for (int i = 0; i < n; i++) {
+        if (!seqs[i].kv || seqs[i].n_tokens < 1 || !seqs[i].tokens)
+            return td_err_set(TD_EINVAL, "batch item %d has no tokens", i);
+        for (int j = 0; j < i; j++)
+            if (seqs[j].kv == seqs[i].kv)
+                return td_err_set(TD_EINVAL, "batch items %d and %d are the same sequence", j, i);
+        for (int k = 0; k < seqs[i].n_tokens; k++)
+            if (seqs[i].tokens[k] < 0 || seqs[i].tokens[k] >= c->vocab_size)
+                return td_err_set(TD_EINVAL, "batch item %d: token id %d outside [0, %d)", i,
+                                  seqs[i].tokens[k], c->vocab_size);
+        if (seqs[i].n_tokens > INT32_MAX / 2 - T)
+            return td_err_set(TD_EINVAL, "step too large");
+        T += seqs[i].n_tokens;
+        n_out += seqs[i].logits != NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        int rc = td_kv_seq_reserve(pool, seqs[i].kv, seqs[i].kv->n_tokens + seqs[i].n_tokens);
+        if (rc)
+            return rc;
+    }
+    int32_t *tokens = td_calloc((size_t)T, sizeof(int32_t));
+    int32_t *pos = td_calloc((size_t)T, sizeof(int32_t));
+    td_attn_tok_t *toks = td_calloc((size_t)T, sizeof(td_attn_tok_t));
+    int rc = 0;
+    size_t H = (size_t)c->hidden, V = (size_t)c->vocab_size;
+    size_t need = T * H + (size_t)n_out * (H + V) + 64 +
+                  (is_mla(c) ? td__deepseek_scratch(c, T) : td__llama_scratch(c, T));
+    if (!tokens || !pos || !toks) {
+        rc = td_err_set(TD_ENOMEM, "out of memory for a step of %d tokens", T);
+        goto out;
+    }
+    if ((rc = arena_reserve(e, need)))
+        goto out;
+    e->arena_used = 0;
+    for (int i = 0, t = 0; i < n; i++)
+        for (int k = 0; k < seqs[i].n_tokens; k++, t++) {
+            tokens[t] = seqs[i].tokens[k];
+            pos[t] = seqs[i].kv->n_tokens + k;
+            toks[t].blocks = seqs[i].kv->blocks;
+            toks[t].pos = pos[t];
+        }
+    td__step_t s = {T, tokens, pos, toks, pool};
+
+    float *x = td__scratch(e, T * H); /* [T][hidden] residual stream */
+    for (int t = 0; t < T; t++)
+        td_mat_row_f32(&e->m->tok_embd, tokens[t], x + t * H);
+
+    if (is_mla(c))
+        td__deepseek_forward(e, &s, x);
+    else
+        td__llama_forward(e, &s, x);
+
+    if (n_out) {
+        float *h = td__scratch(e, (size_t)n_out * H);      /* [n_out][hidden] last tokens */
+        float *logits = td__scratch(e, (size_t)n_out * V); /* [n_out][vocab] */
+        for (int i = 0, t = 0, o = 0; i < n; i++) {
+            t += seqs[i].n_tokens;
+            if (seqs[i].logits)
+                memcpy(h + (o++) * H, x + (size_t)(t - 1) * H, H * sizeof(float));
+        }
+        e->be->rmsnorm(e->be, h, (int)H, h, (int)H, n_out, (int)H, e->m->out_norm, c->rms_eps);
+        e->be->matmul(e->be, logits, (int)V, h, (int)H, n_out, &e->m->lm_head);
+        for (int i = 0, o = 0; i < n; i++)
+            if (seqs[i].logits)
+                memcpy(seqs[i].logits, logits + (o++) * V, V * sizeof(float));
+    }
+    for (int i = 0; i < n; i++)
+        seqs[i].kv->n_tokens += seqs[i].n_tokens;
+out:
+    free(tokens);
+    free(pos);
+    free(toks);
+    return rc;
+}

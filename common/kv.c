@@ -1,0 +1,145 @@
+/* kv.c: KV cache layout, fingerprint, block pool and per-sequence block tables. */
+#include "td_error.h"
+#include "td_kv.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+int td_kv_layout_init(td_kv_layout_t *l, const td_model_t *m, int block_size)
+{
+    const td_model_cfg_t *c = &m->cfg;
+    if (block_size < 1 || block_size > 4096)
+        return td_err_set(TD_EINVAL, "kv block size %d (1..4096)", block_size);
+    memset(l, 0, sizeof(*l));
+    memcpy(l->model_digest, m->digest, 16);
+    l->dtype = TD_DTYPE_F32;
+    l->block_size = block_size;
+    l->n_layers = c->n_layers;
+    if (c->arch == TD_ARCH_DEEPSEEK_V2 || c->arch == TD_ARCH_DEEPSEEK_V3)
+        l->token_floats = c->kv_lora_rank + c->qk_rope_dim;
+    else
+        l->token_floats = 2 * c->n_kv_heads * c->head_dim;
+    l->layer_bytes = (size_t)block_size * (size_t)l->token_floats * sizeof(float);
+    l->block_bytes = (size_t)l->n_layers * l->layer_bytes;
+    /* fingerprint over a fixed little-endian encoding, not the struct (padding) */
+    uint8_t buf[16 + 4 * 4 + 8];
+    uint32_t f[4] = {(uint32_t)l->dtype, (uint32_t)block_size, (uint32_t)l->n_layers,
+                     (uint32_t)l->token_floats};
+    uint64_t lb = l->layer_bytes;
+    memcpy(buf, l->model_digest, 16);
+    for (int i = 0; i < 4; i++)
+        for (int b = 0; b < 4; b++)
+            buf[16 + 4 * i + b] = (uint8_t)(f[i] >> (8 * b));
+    for (int b = 0; b < 8; b++)
+        buf[32 + b] = (uint8_t)(lb >> (8 * b));
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, XXH3_128bits(buf, sizeof(buf)));
+    memcpy(l->fingerprint, canon.digest, 16);
+    return 0;
+}
+
+bool td_kv_layout_match(const td_kv_layout_t *a, const td_kv_layout_t *b)
+{
+    return memcmp(a->fingerprint, b->fingerprint, 16) == 0;
+}
+
+int td_kv_pool_init(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks)
+{
+    memset(p, 0, sizeof(*p));
+    if (n_blocks < 1 || l->block_bytes == 0)
+        return td_err_set(TD_EINVAL, "kv pool of %d blocks", n_blocks);
+    if ((size_t)n_blocks > SIZE_MAX / l->block_bytes)
+        return td_err_set(TD_EOVERFLOW, "kv pool of %d blocks is too large", n_blocks);
+    p->layout = *l;
+    p->n_blocks = n_blocks;
+    size_t bytes = TD_ALIGN_UP((size_t)n_blocks * l->block_bytes, (size_t)64);
+    p->mem = aligned_alloc(64, bytes);
+    p->free_ids = td_calloc((size_t)n_blocks, sizeof(int32_t));
+    p->refs = td_calloc((size_t)n_blocks, sizeof(int32_t));
+    if (!p->mem || !p->free_ids || !p->refs) {
+        td_kv_pool_free(p);
+        return td_err_set(TD_ENOMEM, "kv pool: cannot allocate %d blocks of %zu bytes", n_blocks,
+                          l->block_bytes);
+    }
+    memset(p->mem, 0, bytes);
+    for (int i = 0; i < n_blocks; i++)
+        p->free_ids[i] = n_blocks - 1 - i; /* pop order 0, 1, 2, ... */
+    p->n_free = n_blocks;
+    return 0;
+}
+
+void td_kv_pool_free(td_kv_pool_t *p)
+{
+    free(p->mem);
+    free(p->free_ids);
+    free(p->refs);
+    memset(p, 0, sizeof(*p));
+}
+
+int td_kv_block_alloc(td_kv_pool_t *p, int32_t *id)
+{
+    if (p->n_free == 0)
+        return td_err_set(TD_ENOSPC, "kv pool: all %d blocks in use", p->n_blocks);
+    *id = p->free_ids[--p->n_free];
+    p->refs[*id] = 1;
+    return 0;
+}
+
+void td_kv_block_ref(td_kv_pool_t *p, int32_t id)
+{
+    TD_ASSERT(id >= 0 && id < p->n_blocks && p->refs[id] > 0);
+    p->refs[id]++;
+}
+
+void td_kv_block_unref(td_kv_pool_t *p, int32_t id)
+{
+    TD_ASSERT(id >= 0 && id < p->n_blocks && p->refs[id] > 0);
+    if (--p->refs[id] == 0)
+        p->free_ids[p->n_free++] = id;
+}
+
+uint8_t *td_kv_block_data(const td_kv_pool_t *p, int32_t id)
+{
+    TD_ASSERT(id >= 0 && id < p->n_blocks);
+    return p->mem + (size_t)id * p->layout.block_bytes;
+}
+
+float *td_kv_slot(const td_kv_pool_t *p, int32_t id, int layer, int slot)
+{
+    return (float *)(td_kv_block_data(p, id) + (size_t)layer * p->layout.layer_bytes +
+                     (size_t)slot * (size_t)p->layout.token_floats * sizeof(float));
+}
+
+void td_kv_seq_init(td_kv_seq_t *s)
+{
+    memset(s, 0, sizeof(*s));
+}
+
+int td_kv_seq_reserve(td_kv_pool_t *p, td_kv_seq_t *s, int n_tokens)
+{
+    int need = (n_tokens + p->layout.block_size - 1) / p->layout.block_size;
+    if (need > s->cap) {
+        int cap = TD_MAX(need, s->cap * 2);
+        int32_t *b = td_reallocarray(s->blocks, (size_t)cap, sizeof(int32_t));
+        if (!b)
+            return td_err_set(TD_ENOMEM, "out of memory growing a block table");
+        s->blocks = b;
+        s->cap = cap;
+    }
+    while (s->n_blocks < need) {
+        int rc = td_kv_block_alloc(p, &s->blocks[s->n_blocks]);
+        if (rc)
+            return rc;
+        s->n_blocks++;
+    }
+    return 0;
+}
+
+void td_kv_seq_release(td_kv_pool_t *p, td_kv_seq_t *s)
+{
+    for (int i = 0; i < s->n_blocks; i++)
+        td_kv_block_unref(p, s->blocks[i]);
+    free(s->blocks);
+    memset(s, 0, sizeof(*s));
+}

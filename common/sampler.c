@@ -1,0 +1,196 @@
+/* sampler.c: greedy, temperature, top-k, top-p and min-p sampling with a per-request random
+ * stream, stop conditions and top-n logprobs. */
+#include "td_error.h"
+#include "td_sampler.h"
+#include "td_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void td_sampling_defaults(td_sampling_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->top_p = 1.0f;
+    p->eos_id = -1;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t xoshiro(uint64_t *s)
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+int td_sampler_init(td_sampler_t *s, const td_sampling_t *p, int vocab)
+{
+    memset(s, 0, sizeof(*s));
+    if (vocab < 1)
+        return td_err_set(TD_EINVAL, "sampler: vocabulary of %d tokens", vocab);
+    if (!(p->temperature >= 0) || !isfinite(p->temperature))
+        return td_err_set(TD_EINVAL, "sampler: temperature %g must be >= 0", p->temperature);
+    if (p->top_k < 0)
+        return td_err_set(TD_EINVAL, "sampler: top_k %d must be >= 0", p->top_k);
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        return td_err_set(TD_EINVAL, "sampler: top_p %g must be in (0, 1]", p->top_p);
+    if (!(p->min_p >= 0 && p->min_p <= 1))
+        return td_err_set(TD_EINVAL, "sampler: min_p %g must be in [0, 1]", p->min_p);
+    if (p->max_tokens < 0)
+        return td_err_set(TD_EINVAL, "sampler: max_tokens %d must be >= 0", p->max_tokens);
+    if (p->n_stop < 0 || p->n_stop > TD_SAMPLER_MAX_STOP)
+        return td_err_set(TD_EINVAL, "sampler: %d stop ids (at most %d)", p->n_stop,
+                          TD_SAMPLER_MAX_STOP);
+    if (p->logprobs < 0 || p->logprobs > TD_SAMPLER_MAX_LOGPROBS)
+        return td_err_set(TD_EINVAL, "sampler: logprobs %d must be in [0, %d]", p->logprobs,
+                          TD_SAMPLER_MAX_LOGPROBS);
+    s->p = *p;
+    s->vocab = vocab;
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
+    s->prob = td_calloc((size_t)vocab, sizeof(float));
+    s->idx = td_calloc((size_t)vocab, sizeof(int32_t));
+    if (!s->prob || !s->idx) {
+        td_sampler_free(s);
+        return td_err_set(TD_ENOMEM, "sampler: out of memory");
+    }
+    return 0;
+}
+
+void td_sampler_free(td_sampler_t *s)
+{
+    free(s->prob);
+    free(s->idx);
+    s->prob = NULL;
+    s->idx = NULL;
+}
+
+/* qsort has no context argument: the key is per thread. */
+static _Thread_local const float *tl_key;
+
+static int by_prob_desc(const void *a, const void *b)
+{
+    float pa = tl_key[*(const int32_t *)a], pb = tl_key[*(const int32_t *)b];
+    if (pa != pb)
+        return pa < pb ? 1 : -1;
+    return *(const int32_t *)a - *(const int32_t *)b;
+}
+
+/* Draw from the tempered, filtered distribution. */
+static int32_t draw(td_sampler_t *s, const float *logits)
+{
+    int V = s->vocab;
+    float *p = s->prob;
+    int32_t *ix = s->idx;
+    double inv_t = 1.0 / s->p.temperature, mx = -INFINITY, sum = 0;
+    for (int i = 0; i < V; i++)
+        mx = fmax(mx, logits[i] * inv_t);
+    for (int i = 0; i < V; i++) {
+        p[i] = (float)exp(logits[i] * inv_t - mx);
+        sum += p[i];
+    }
+    for (int i = 0; i < V; i++)
+        p[i] = (float)(p[i] / sum);
+    /* candidates, most likely first when a rank-based filter needs them sorted */
+    int n = V;
+    for (int i = 0; i < V; i++)
+        ix[i] = i;
+    if (s->p.top_k > 0 || s->p.top_p < 1) {
+        tl_key = p;
+        qsort(ix, (size_t)V, sizeof(int32_t), by_prob_desc);
+        if (s->p.top_k > 0 && s->p.top_k < n)
+            n = s->p.top_k;
+        if (s->p.top_p < 1) {
+            double kept = 0, tot = 0;
+            for (int i = 0; i < n; i++)
+                tot += p[ix[i]];
+            int k = 0;
+            while (k < n && kept < s->p.top_p * tot)
+                kept += p[ix[k++]];
+            n = TD_MAX(k, 1);
+        }
+    }
+    if (s->p.min_p > 0) {
+        float top = 0;
+        for (int i = 0; i < n; i++)
+            top = fmaxf(top, p[ix[i]]);
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (p[ix[i]] >= s->p.min_p * top)
+                ix[k++] = ix[i];
+        n = k;
+    }
+    double tot = 0;
+    for (int i = 0; i < n; i++)
+        tot += p[ix[i]];
+    double u = (double)(xoshiro(s->rng) >> 11) * (1.0 / 9007199254740992.0) * tot, acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += p[ix[i]];
+        if (u < acc)
+            return ix[i];
+    }
+    return ix[n - 1];
+}
+
+void td_sampler_sample(td_sampler_t *s, const float *logits, td_sample_t *out)
+{
+    int V = s->vocab;
+    memset(out, 0, sizeof(*out));
+    /* raw log-softmax for the reported logprobs */
+    double mx = -INFINITY, sum = 0;
+    int best = 0;
+    for (int i = 0; i < V; i++) {
+        mx = fmax(mx, logits[i]);
+        if (logits[i] > logits[best])
+            best = i;
+    }
+    for (int i = 0; i < V; i++)
+        sum += exp(logits[i] - mx);
+    double lse = mx + log(sum);
+
+    out->token = s->p.temperature == 0 ? best : draw(s, logits);
+    out->logprob = (float)(logits[out->token] - lse);
+    /* top-n: insertion into a short sorted list (ties: lower id first) */
+    int n = 0;
+    for (int i = 0; i < V && s->p.logprobs > 0; i++) {
+        if (n == s->p.logprobs && logits[i] <= out->top[n - 1].logprob)
+            continue;
+        int j = n < s->p.logprobs ? n++ : n - 1;
+        while (j > 0 && out->top[j - 1].logprob < logits[i]) {
+            out->top[j] = out->top[j - 1];
+            j--;
+        }
+        out->top[j].id = i;
+        out->top[j].logprob = logits[i]; /* raw logit until the end */
+    }
+    for (int k = 0; k < n; k++)
+        out->top[k].logprob = (float)(out->top[k].logprob - lse);
+    out->n_top = n;
+    s->n_generated++;
+    out->finish = TD_FINISH_NONE;
+    for (int i = 0; i < s->p.n_stop; i++)
+        if (out->token == s->p.stop_ids[i])
+            out->finish = TD_FINISH_STOP;
+    if (out->token == s->p.eos_id && !s->p.ignore_eos)
+        out->finish = TD_FINISH_STOP;
+    if (out->finish == TD_FINISH_NONE && s->p.max_tokens > 0 && s->n_generated >= s->p.max_tokens)
+        out->finish = TD_FINISH_LENGTH;
+}

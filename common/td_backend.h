@@ -1,0 +1,70 @@
+/* td_backend.h: the compute backend interface: a struct of function pointers the engine's forward
+ * passes call for every heavy operation. The CPU backend (common/cpu/) is always built; a CUDA
+ * backend implements the same table.
+ *
+ * All activations are fp32, row-major, with an explicit leading dimension (`*_ld`, in floats) so
+ * an operation can read or write a column range of a wider buffer. Weights are td_mat_t in their
+ * stored dtype. For the CPU backend every pointer is host memory.
+ */
+#ifndef TD_BACKEND_H
+#define TD_BACKEND_H
+
+#include "td_kv.h"
+#include "td_model.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Where one token of a step lives in the cache. */
+typedef struct td_attn_tok {
+    const int32_t *blocks; /* the block table of the token's sequence */
+    int32_t pos;           /* its position: it attends to positions [0, pos] of that sequence */
+} td_attn_tok_t;
+
+typedef struct td_backend td_backend_t;
+
+struct td_backend {
+    const char *name;
+    void *impl;
+    void (*destroy)(td_backend_t *b);
+
+    /* out[t][r] = sum_c W[r][c] * x[t][c] for t < T, r < W->rows (x rows hold W->cols values). */
+    void (*matmul)(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
+                   const td_mat_t *W);
+    /* The transposed product: out[t][c] = sum_{r < n_rows} x[t][r] * W[row0 + r][c], c < W->cols.
+     */
+    void (*matmul_t)(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
+                     const td_mat_t *W, int64_t row0, int64_t n_rows);
+    /* RMSNorm of each of T rows of n values: out = x / sqrt(mean(x^2) + eps) * w (in place ok). */
+    void (*rmsnorm)(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T, int n,
+                    const float *w, float eps);
+    /* Rotate the first rope_dim values of each of n_heads heads (head h at x + t*ld + h*head_ld)
+     * of token t by angle pos[t] * inv_freq[i]; cos and sin are multiplied by `mscale`.
+     * interleaved: pairs (2i, 2i+1); otherwise (i, i + rope_dim/2). */
+    void (*rope)(td_backend_t *b, float *x, int ld, int T, int n_heads, int head_ld, int rope_dim,
+                 const int32_t *pos, const float *inv_freq, float mscale, bool interleaved);
+    /* g[i] = silu(g[i]) * u[i] for T rows of n values. */
+    void (*silu_mul)(td_backend_t *b, float *g, int g_ld, const float *u, int u_ld, int T, int n);
+    /* x[i] += y[i] for i < n (the residual connection). */
+    void (*add)(td_backend_t *b, float *x, const float *y, size_t n);
+    /* Write row t of src (token_floats values) into the cache slot of toks[t] at `layer`. */
+    void (*kv_store)(td_backend_t *b, td_kv_pool_t *pool, int layer, const td_attn_tok_t *toks,
+                     int T, const float *src, int src_ld);
+    /* Grouped-query attention over the cache (token layout [K heads | V heads]):
+     * out[t][h][d] = sum_{p<=pos} softmax_p(scale * q[t][h] . K[p][h/g]) V[p][h/g][d]. */
+    void (*attn_gqa)(td_backend_t *b, float *out, int out_ld, const float *q, int q_ld, int T,
+                     const td_attn_tok_t *toks, const td_kv_pool_t *pool, int layer, int n_heads,
+                     int n_kv_heads, int head_dim, float scale);
+    /* Absorbed MLA attention over the cache (token layout [latent c (kv_rank) | k_pe (rope)]):
+     * s_p = scale * (q_lat[t][h] . c_p + q_pe[t][h] . k_pe_p); out[t][h] = sum_p softmax(s)_p c_p.
+     * q_lat rows: [n_heads][kv_rank]; q_pe of head h at q_pe + t*q_pe_ld + h*q_pe_head_ld. */
+    void (*attn_mla)(td_backend_t *b, float *out, const float *q_lat, const float *q_pe,
+                     int q_pe_ld, int q_pe_head_ld, int T, const td_attn_tok_t *toks,
+                     const td_kv_pool_t *pool, int layer, int n_heads, int kv_rank, int rope_dim,
+                     float scale);
+};
+
+/* The CPU backend with `n_threads` threads (>= 1, the caller's thread included). NULL on OOM. */
+td_backend_t *td_cpu_backend_create(int n_threads);
+
+#endif

@@ -1,0 +1,82 @@
+/* td_kv.h: the paged, block-major KV cache.
+ *
+ * A block holds the attention state of `block_size` consecutive tokens of one sequence for every
+ * layer, in one contiguous byte range, so one block moves in one RDMA operation:
+ *
+ *   block [n_layers][block_size][token_floats]  (fp32)
+ *
+ * token_floats is what one token leaves per layer: for MLA models the normalised latent and the
+ * RoPE'd key part (kv_lora_rank + qk_rope_head_dim); for GQA models K then V of every KV head
+ * (2 * n_kv_heads * head_dim). A sequence owns a block table: token i lives in block
+ * blocks[i / block_size] at slot i % block_size.
+ *
+ * The layout fingerprint (XXH3-128 of the model digest, dtype, block size, layer count and bytes
+ * per layer) is what workers compare before they exchange blocks.
+ */
+#ifndef TD_KV_H
+#define TD_KV_H
+
+#include "td_model.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct td_kv_layout {
+    uint8_t model_digest[16]; /* td_model_t.digest */
+    td_dtype_t dtype;         /* of the cached values: TD_DTYPE_F32 */
+    int block_size;           /* tokens per block */
+    int n_layers;
+    int token_floats;        /* values per token per layer */
+    size_t layer_bytes;      /* bytes of one layer within a block: block_size * token_floats * 4 */
+    size_t block_bytes;      /* n_layers * layer_bytes */
+    uint8_t fingerprint[16]; /* XXH3-128 (canonical bytes) of the fields above */
+} td_kv_layout_t;
+
+/* Describe the cache of `m` with `block_size` tokens per block (1..4096). 0 or TD_EINVAL. */
+int td_kv_layout_init(td_kv_layout_t *l, const td_model_t *m, int block_size);
+
+/* Whether two workers may exchange blocks: same fingerprint. */
+bool td_kv_layout_match(const td_kv_layout_t *a, const td_kv_layout_t *b);
+
+/* A pool of blocks in host memory, refcounted. Not thread-safe: one owner thread. */
+typedef struct td_kv_pool {
+    td_kv_layout_t layout;
+    int n_blocks;
+    uint8_t *mem;      /* [n_blocks][block_bytes], 64-byte aligned */
+    int32_t *free_ids; /* [n_blocks] stack of free block ids, n_free of them */
+    int n_free;
+    int32_t *refs; /* [n_blocks] reference counts (0: free) */
+} td_kv_pool_t;
+
+/* Allocate a pool of `n_blocks` blocks. 0, TD_EINVAL or TD_ENOMEM. */
+int td_kv_pool_init(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks);
+void td_kv_pool_free(td_kv_pool_t *p);
+/* Take a free block (refcount 1). 0 or TD_ENOSPC. */
+int td_kv_block_alloc(td_kv_pool_t *p, int32_t *id);
+/* Add a reference to a used block (prefix sharing). */
+void td_kv_block_ref(td_kv_pool_t *p, int32_t id);
+/* Drop a reference; the block is free again at zero. */
+void td_kv_block_unref(td_kv_pool_t *p, int32_t id);
+
+/* The bytes of block `id`: block_bytes of them. */
+uint8_t *td_kv_block_data(const td_kv_pool_t *p, int32_t id);
+/* The token_floats values of layer `layer`, slot `slot` of block `id`. */
+float *td_kv_slot(const td_kv_pool_t *p, int32_t id, int layer, int slot);
+
+/* One sequence's cache: tokens [0, n_tokens) are stored. */
+typedef struct td_kv_seq {
+    int n_tokens;
+    int32_t *blocks; /* [n_blocks] block ids in token order */
+    int n_blocks;
+    int cap;
+} td_kv_seq_t;
+
+void td_kv_seq_init(td_kv_seq_t *s);
+/* Make room for `n_tokens` tokens in total, taking blocks from the pool. 0 or TD_ENOSPC /
+ * TD_ENOMEM (blocks already taken stay with the sequence). */
+int td_kv_seq_reserve(td_kv_pool_t *p, td_kv_seq_t *s, int n_tokens);
+/* Return every block to the pool and empty the sequence. */
+void td_kv_seq_release(td_kv_pool_t *p, td_kv_seq_t *s);
+
+#endif

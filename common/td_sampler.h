@@ -1,0 +1,73 @@
+/* td_sampler.h: choosing the next token from logits, per request.
+ *
+ * Each request owns a td_sampler_t with its own random stream (xoshiro256** seeded from the
+ * request's seed) that advances exactly once per sampled token, so the same seed gives the same
+ * output whatever else shares the batch. Reported logprobs are those of the model's raw
+ * distribution (log-softmax of the logits, before temperature and filters).
+ *
+ * Order: temperature, then top-k, top-p and min-p filters on the tempered distribution, then one
+ * uniform draw. temperature == 0 is greedy (the lowest id among equal maxima).
+ */
+#ifndef TD_SAMPLER_H
+#define TD_SAMPLER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define TD_SAMPLER_MAX_LOGPROBS 20
+#define TD_SAMPLER_MAX_STOP 16
+
+typedef struct td_sampling {
+    float temperature; /* 0: greedy; > 0 */
+    int top_k;         /* 0: off */
+    float top_p;       /* (0, 1]; 1: off */
+    float min_p;       /* [0, 1]; 0: off */
+    uint64_t seed;     /* the request's seed */
+    int max_tokens;    /* finish with TD_FINISH_LENGTH after this many; 0: no limit */
+    int32_t stop_ids[TD_SAMPLER_MAX_STOP]; /* finish with TD_FINISH_STOP on any of these */
+    int n_stop;
+    int32_t eos_id;  /* -1: none */
+    bool ignore_eos; /* keep going past EOS */
+    int logprobs;    /* top-n logprobs to report, 0..TD_SAMPLER_MAX_LOGPROBS */
+} td_sampling_t;
+
+/* Defaults: greedy, no filters, no limit, no EOS, no logprobs. */
+void td_sampling_defaults(td_sampling_t *p);
+
+typedef enum td_finish {
+    TD_FINISH_NONE = 0, /* keep generating */
+    TD_FINISH_STOP,     /* a stop id or EOS was produced (it is the last token) */
+    TD_FINISH_LENGTH,   /* max_tokens reached */
+} td_finish_t;
+
+typedef struct td_logprob {
+    int32_t id;
+    float logprob; /* natural log */
+} td_logprob_t;
+
+typedef struct td_sample {
+    int32_t token;
+    float logprob;                             /* of `token` under the raw distribution */
+    td_logprob_t top[TD_SAMPLER_MAX_LOGPROBS]; /* [n_top] most likely tokens, best first */
+    int n_top;
+    td_finish_t finish; /* state after this token */
+} td_sample_t;
+
+typedef struct td_sampler {
+    td_sampling_t p;
+    int vocab;
+    uint64_t rng[4]; /* xoshiro256** state */
+    int n_generated;
+    float *prob;  /* [vocab] scratch: tempered probabilities */
+    int32_t *idx; /* [vocab] scratch: candidate ids */
+} td_sampler_t;
+
+/* Validate the parameters and set up a sampler for a vocabulary of `vocab` tokens.
+ * 0, TD_EINVAL (td_err_msg names the parameter) or TD_ENOMEM. */
+int td_sampler_init(td_sampler_t *s, const td_sampling_t *p, int vocab);
+void td_sampler_free(td_sampler_t *s);
+
+/* Choose the next token from logits[vocab] and say whether the request is finished. */
+void td_sampler_sample(td_sampler_t *s, const float *logits, td_sample_t *out);
+
+#endif

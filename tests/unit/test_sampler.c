@@ -1,0 +1,235 @@
+/* test_sampler.c: sampling against hand-computable distributions. The logits ln(1..4) give
+ * probabilities 1/10, 2/10, 3/10, 4/10 for ids 0..3; each filter's surviving set and the
+ * renormalised frequencies follow from that by hand. */
+#include "td_error.h"
+#include "td_sampler.h"
+
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+static float L[4];
+
+static void setup(void)
+{
+    for (int i = 0; i < 4; i++)
+        L[i] = logf((float)(i + 1)); /* p = (i + 1) / 10 */
+}
+
+/* Empirical frequencies over n draws. */
+static void freqs(const td_sampling_t *p, int n, double f[4])
+{
+    td_sampler_t s;
+    ck_assert_int_eq(td_sampler_init(&s, p, 4), 0);
+    memset(f, 0, 4 * sizeof(double));
+    for (int i = 0; i < n; i++) {
+        td_sample_t o;
+        td_sampler_sample(&s, L, &o);
+        ck_assert(o.token >= 0 && o.token < 4);
+        f[o.token] += 1.0 / n;
+    }
+    td_sampler_free(&s);
+}
+
+static void expect_freqs(const td_sampling_t *p, const double want[4])
+{
+    double f[4];
+    freqs(p, 40000, f);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(fabs(f[i] - want[i]) < 0.012, "id %d: frequency %.4f, expected %.4f", i, f[i],
+                      want[i]);
+}
+
+START_TEST(test_greedy_and_logprobs)
+{
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    p.logprobs = 3;
+    td_sampler_t s;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), 0);
+    td_sample_t o;
+    td_sampler_sample(&s, L, &o);
+    ck_assert_int_eq(o.token, 3);
+    ck_assert(fabsf(o.logprob - logf(0.4f)) < 1e-6);
+    ck_assert_int_eq(o.n_top, 3);
+    ck_assert_int_eq(o.top[0].id, 3);
+    ck_assert_int_eq(o.top[1].id, 2);
+    ck_assert_int_eq(o.top[2].id, 1);
+    ck_assert(fabsf(o.top[1].logprob - logf(0.3f)) < 1e-6);
+    ck_assert(fabsf(o.top[2].logprob - logf(0.2f)) < 1e-6);
+    ck_assert_int_eq(o.finish, TD_FINISH_NONE);
+    /* ties: the lowest id wins */
+    float tie[4] = {0, 2, 2, 1};
+    td_sampler_sample(&s, tie, &o);
+    ck_assert_int_eq(o.token, 1);
+    ck_assert_int_eq(o.top[0].id, 1);
+    ck_assert_int_eq(o.top[1].id, 2);
+    td_sampler_free(&s);
+}
+END_TEST
+
+START_TEST(test_temperature)
+{
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    p.temperature = 1.0f;
+    p.seed = 1;
+    expect_freqs(&p, (double[]){0.1, 0.2, 0.3, 0.4});
+    p.temperature = 0.5f; /* p^2 / sum: 1, 4, 9, 16 over 30 */
+    expect_freqs(&p, (double[]){1 / 30.0, 4 / 30.0, 9 / 30.0, 16 / 30.0});
+}
+END_TEST
+
+START_TEST(test_filters)
+{
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    p.temperature = 1.0f;
+    p.seed = 7;
+    p.top_k = 2; /* {2, 3}: 3/7, 4/7 */
+    expect_freqs(&p, (double[]){0, 0, 3 / 7.0, 4 / 7.0});
+    p.top_k = 1;
+    expect_freqs(&p, (double[]){0, 0, 0, 1});
+    p.top_k = 0;
+    p.top_p = 0.5f; /* 0.4 < 0.5, 0.4 + 0.3 >= 0.5: {2, 3} */
+    expect_freqs(&p, (double[]){0, 0, 3 / 7.0, 4 / 7.0});
+    p.top_p = 0.35f; /* 0.4 alone covers it */
+    expect_freqs(&p, (double[]){0, 0, 0, 1});
+    p.top_p = 0.75f; /* 0.4 + 0.3 < 0.75: add 0.2 */
+    expect_freqs(&p, (double[]){0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
+    p.top_p = 1.0f;
+    p.min_p = 0.55f; /* keep p >= 0.22: {2, 3} */
+    expect_freqs(&p, (double[]){0, 0, 3 / 7.0, 4 / 7.0});
+    p.min_p = 0.3f; /* keep p >= 0.12: {1, 2, 3} */
+    expect_freqs(&p, (double[]){0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
+    p.min_p = 0.3f; /* with top_k = 2 on top: {2, 3} */
+    p.top_k = 2;
+    expect_freqs(&p, (double[]){0, 0, 3 / 7.0, 4 / 7.0});
+}
+END_TEST
+
+START_TEST(test_seed_reproducible)
+{
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    p.temperature = 1.0f;
+    p.seed = 42;
+    td_sampler_t a, b, c, other;
+    ck_assert_int_eq(td_sampler_init(&a, &p, 4), 0);
+    ck_assert_int_eq(td_sampler_init(&b, &p, 4), 0);
+    p.seed = 43;
+    ck_assert_int_eq(td_sampler_init(&c, &p, 4), 0);
+    ck_assert_int_eq(td_sampler_init(&other, &p, 4), 0);
+    int same_c = 0;
+    float other_logits[4] = {3, 0, 1, 2};
+    for (int i = 0; i < 200; i++) {
+        td_sample_t x, y, z, w;
+        td_sampler_sample(&a, L, &x);
+        /* b shares the batch with another request whose sampling happens in between */
+        td_sampler_sample(&other, other_logits, &w);
+        td_sampler_sample(&other, other_logits, &w);
+        td_sampler_sample(&b, L, &y);
+        td_sampler_sample(&c, L, &z);
+        ck_assert_int_eq(x.token, y.token);
+        same_c += x.token == z.token;
+    }
+    ck_assert_int_lt(same_c, 150); /* another seed gives another sequence */
+    td_sampler_free(&a);
+    td_sampler_free(&b);
+    td_sampler_free(&c);
+    td_sampler_free(&other);
+}
+END_TEST
+
+START_TEST(test_stop_conditions)
+{
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    p.max_tokens = 3;
+    td_sampler_t s;
+    td_sample_t o;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), 0);
+    td_sampler_sample(&s, L, &o);
+    ck_assert_int_eq(o.finish, TD_FINISH_NONE);
+    td_sampler_sample(&s, L, &o);
+    ck_assert_int_eq(o.finish, TD_FINISH_NONE);
+    td_sampler_sample(&s, L, &o);
+    ck_assert_int_eq(o.finish, TD_FINISH_LENGTH);
+    td_sampler_free(&s);
+    /* EOS (greedy picks 3) */
+    td_sampling_defaults(&p);
+    p.eos_id = 3;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), 0);
+    td_sampler_sample(&s, L, &o);
+    ck_assert_int_eq(o.finish, TD_FINISH_STOP);
+    td_sampler_free(&s);
+    p.ignore_eos = true;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), 0);
+    td_sampler_sample(&s, L, &o);
+    ck_assert_int_eq(o.finish, TD_FINISH_NONE);
+    td_sampler_free(&s);
+    /* stop ids: a stop that is not produced does nothing, one that is produced stops */
+    td_sampling_defaults(&p);
+    p.stop_ids[0] = 1;
+    p.n_stop = 1;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), 0);
+    td_sampler_sample(&s, L, &o);
+    ck_assert_int_eq(o.finish, TD_FINISH_NONE);
+    td_sampler_free(&s);
+    p.stop_ids[1] = 3;
+    p.n_stop = 2;
+    p.max_tokens = 1; /* stop wins over length on the same token */
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), 0);
+    td_sampler_sample(&s, L, &o);
+    ck_assert_int_eq(o.finish, TD_FINISH_STOP);
+    td_sampler_free(&s);
+}
+END_TEST
+
+START_TEST(test_bad_params)
+{
+    td_sampling_t p;
+    td_sampler_t s;
+    td_sampling_defaults(&p);
+    p.temperature = -1;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "temperature"));
+    td_sampling_defaults(&p);
+    p.top_p = 0;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "top_p"));
+    td_sampling_defaults(&p);
+    p.min_p = 1.5f;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    td_sampling_defaults(&p);
+    p.top_k = -2;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    td_sampling_defaults(&p);
+    p.logprobs = 21;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    td_sampling_defaults(&p);
+    p.temperature = NAN;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    td_sampling_defaults(&p);
+    ck_assert_int_eq(td_sampler_init(&s, &p, 0), TD_EINVAL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("sampler");
+    TCase *tc = tcase_create("sampler");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, test_greedy_and_logprobs);
+    tcase_add_test(tc, test_temperature);
+    tcase_add_test(tc, test_filters);
+    tcase_add_test(tc, test_seed_reproducible);
+    tcase_add_test(tc, test_stop_conditions);
+    tcase_add_test(tc, test_bad_params);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,390 @@
+/* cmd_generate.c: `tandem generate`: offline generation in one process: load a model, prefill a
+ * prompt (token ids, or text when the model has a tokenizer.json), decode with the sampler, print
+ * the output and the prefill and decode throughput. */
+#include "cli.h"
+#include "td_chat.h"
+#include "td_engine.h"
+#include "td_error.h"
+#include "td_kv.h"
+#include "td_model.h"
+#include "td_sampler.h"
+#include "td_tokenizer.h"
+#include "td_util.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: tandem generate MODEL (--prompt TEXT | --messages JSON | --prompt-ids IDS) "
+            "[options]\n"
+            "\n"
+            "MODEL is a Hugging Face model directory (config.json + safetensors) or a GGUF file.\n"
+            "Text prompts need the directory's tokenizer.json; chat messages also its\n"
+            "tokenizer_config.json chat template (DeepSeek-V3, Llama 3, Qwen families).\n"
+            "\n"
+            "  --prompt TEXT          prompt text (encoded with the model's tokenizer)\n"
+            "  --messages JSON        chat messages, OpenAI style: [{\"role\": \"user\", ...}]\n"
+            "  --prompt-ids LIST      prompt as comma-separated token ids\n"
+            "  --max-tokens N         tokens to generate (default 32)\n"
+            "  --temperature T        0 = greedy (default 0)\n"
+            "  --top-k K              keep the K most likely tokens (0 = off)\n"
+            "  --top-p P              nucleus sampling threshold (1 = off)\n"
+            "  --min-p P              drop tokens below P x the best probability (0 = off)\n"
+            "  --seed N               sampling seed (default 0)\n"
+            "  --stop-ids LIST        stop after any of these token ids\n"
+            "  --ignore-eos           keep generating past the end-of-sequence token\n"
+            "  --logprobs N           print the top-N logprobs of each generated token\n"
+            "  --threads N            CPU threads (default 2)\n"
+            "  --block-size N         KV cache block size in tokens (default 16)\n"
+            "  --chunk N              prefill in chunks of N tokens (default: the whole prompt)\n");
+}
+
+/* "1,2,3" -> ids. 0 or TD_EINVAL with a message naming the flag. */
+static int parse_ids(const char *flag, const char *s, int32_t **out, int *n)
+{
+    char *copy = td_strdup(s);
+    int cap = 16, rc = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
+    *n = 0;
+    if (!copy || !ids) {
+        rc = td_err_set(TD_ENOMEM, "out of memory");
+        goto out;
+    }
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int64_t v;
+        if (td_parse_i64(tok, &v) != 0 || v < 0 || v > INT32_MAX) {
+            rc = td_err_set(TD_EINVAL, "%s: \"%s\" is not a token id", flag, tok);
+            goto out;
+        }
+        if (*n == cap) {
+            cap *= 2;
+            int32_t *p = realloc(ids, (size_t)cap * sizeof(int32_t));
+            if (!p) {
+                rc = td_err_set(TD_ENOMEM, "out of memory");
+                goto out;
+            }
+            ids = p;
+        }
+        ids[(*n)++] = (int32_t)v;
+    }
+    if (*n == 0)
+        rc = td_err_set(TD_EINVAL, "%s: no token ids", flag);
+out:
+    free(copy);
+    if (rc)
+        free(ids);
+    else
+        *out = ids;
+    return rc;
+}
+
+static int parse_int(const char *flag, const char *s, int lo, int hi, int *out)
+{
+    int64_t v;
+    if (td_parse_i64(s, &v) != 0 || v < lo || v > hi)
+        return td_err_set(TD_EINVAL, "%s: \"%s\" is not an integer in [%d, %d]", flag, s, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *s, float *out)
+{
+    double v;
+    if (td_parse_double(s, &v) != 0)
+        return td_err_set(TD_EINVAL, "%s: \"%s\" is not a number", flag, s);
+    *out = (float)v;
+    return 0;
+}
+
+typedef struct gen_args {
+    const char *model;
+    const char *prompt;
+    const char *messages;
+    int32_t *prompt_ids;
+    int n_prompt;
+    td_sampling_t sp;
+    int threads, block, chunk;
+} gen_args_t;
+
+static int parse_args(int argc, char **argv, gen_args_t *a)
+{
+    enum {
+        O_PROMPT = 256,
+        O_MSGS,
+        O_IDS,
+        O_MAX,
+        O_TEMP,
+        O_TOPK,
+        O_TOPP,
+        O_MINP,
+        O_SEED,
+        O_STOP,
+        O_NOEOS,
+        O_LP,
+        O_THREADS,
+        O_BLOCK,
+        O_CHUNK,
+        O_HELP
+    };
+    static const struct option opts[] = {{"prompt", required_argument, 0, O_PROMPT},
+                                         {"messages", required_argument, 0, O_MSGS},
+                                         {"prompt-ids", required_argument, 0, O_IDS},
+                                         {"max-tokens", required_argument, 0, O_MAX},
+                                         {"temperature", required_argument, 0, O_TEMP},
+                                         {"top-k", required_argument, 0, O_TOPK},
+                                         {"top-p", required_argument, 0, O_TOPP},
+                                         {"min-p", required_argument, 0, O_MINP},
+                                         {"seed", required_argument, 0, O_SEED},
+                                         {"stop-ids", required_argument, 0, O_STOP},
+                                         {"ignore-eos", no_argument, 0, O_NOEOS},
+                                         {"logprobs", required_argument, 0, O_LP},
+                                         {"threads", required_argument, 0, O_THREADS},
+                                         {"block-size", required_argument, 0, O_BLOCK},
+                                         {"chunk", required_argument, 0, O_CHUNK},
+                                         {"help", no_argument, 0, O_HELP},
+                                         {0, 0, 0, 0}};
+    td_sampling_defaults(&a->sp);
+    a->sp.max_tokens = 32;
+    a->threads = 2;
+    a->block = 16;
+    int c, rc = 0;
+    optind = 1;
+    opterr = 0;
+    while (rc == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int32_t *ids;
+        int n;
+        uint64_t seed;
+        switch (c) {
+        case O_PROMPT:
+            a->prompt = optarg;
+            break;
+        case O_MSGS:
+            a->messages = optarg;
+            break;
+        case O_IDS:
+            free(a->prompt_ids);
+            a->prompt_ids = NULL;
+            rc = parse_ids("--prompt-ids", optarg, &a->prompt_ids, &a->n_prompt);
+            break;
+        case O_MAX:
+            rc = parse_int("--max-tokens", optarg, 1, 1 << 20, &a->sp.max_tokens);
+            break;
+        case O_TEMP:
+            rc = parse_float("--temperature", optarg, &a->sp.temperature);
+            break;
+        case O_TOPK:
+            rc = parse_int("--top-k", optarg, 0, 1 << 24, &a->sp.top_k);
+            break;
+        case O_TOPP:
+            rc = parse_float("--top-p", optarg, &a->sp.top_p);
+            break;
+        case O_MINP:
+            rc = parse_float("--min-p", optarg, &a->sp.min_p);
+            break;
+        case O_SEED:
+            if (td_parse_u64(optarg, &seed) != 0)
+                rc = td_err_set(TD_EINVAL, "--seed: \"%s\" is not an integer", optarg);
+            a->sp.seed = seed;
+            break;
+        case O_STOP:
+            if ((rc = parse_ids("--stop-ids", optarg, &ids, &n)) == 0) {
+                if (n > TD_SAMPLER_MAX_STOP)
+                    rc = td_err_set(TD_EINVAL, "--stop-ids: at most %d", TD_SAMPLER_MAX_STOP);
+                else
+                    memcpy(a->sp.stop_ids, ids, (size_t)n * sizeof(int32_t));
+                a->sp.n_stop = n;
+                free(ids);
+            }
+            break;
+        case O_NOEOS:
+            a->sp.ignore_eos = true;
+            break;
+        case O_LP:
+            rc = parse_int("--logprobs", optarg, 0, TD_SAMPLER_MAX_LOGPROBS, &a->sp.logprobs);
+            break;
+        case O_THREADS:
+            rc = parse_int("--threads", optarg, 1, 256, &a->threads);
+            break;
+        case O_BLOCK:
+            rc = parse_int("--block-size", optarg, 1, 4096, &a->block);
+            break;
+        case O_CHUNK:
+            rc = parse_int("--chunk", optarg, 1, 1 << 20, &a->chunk);
+            break;
+        case O_HELP:
+            usage(stdout);
+            exit(0);
+        default:
+            rc = td_err_set(TD_EINVAL, "unknown or incomplete option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (rc)
+        return rc;
+    if (optind != argc - 1)
+        return td_err_set(TD_EINVAL, "expected one MODEL argument");
+    a->model = argv[optind];
+    if ((a->prompt != NULL) + (a->messages != NULL) + (a->prompt_ids != NULL) != 1)
+        return td_err_set(TD_EINVAL, "give exactly one of --prompt, --messages and --prompt-ids");
+    return 0;
+}
+
+int td_cmd_generate(int argc, char **argv)
+{
+    gen_args_t a = {0};
+    td_model_t *m = NULL;
+    td_engine_t *e = NULL;
+    td_tokenizer_t *tok = NULL;
+    td_kv_pool_t pool = {0};
+    td_kv_seq_t seq;
+    td_sampler_t smp = {0};
+    td_tokens_t ptoks;
+    float *logits = NULL;
+    int32_t *out_ids = NULL;
+    td_buf_t text;
+    int rc, status = 1;
+    td_kv_seq_init(&seq);
+    td_tokens_init(&ptoks);
+    td_buf_init(&text);
+
+    if ((rc = parse_args(argc, argv, &a))) {
+        fprintf(stderr, "tandem generate: %s\n\n", td_err_msg());
+        usage(stderr);
+        free(a.prompt_ids);
+        return 2;
+    }
+    if ((rc = td_model_load(a.model, &m)))
+        goto fail;
+    /* a tokenizer is optional: GGUF files and fixtures without tokenizer.json work with ids */
+    if (td_tokenizer_load(a.model, &tok) != 0) {
+        if (a.prompt || a.messages) {
+            fprintf(stderr, "tandem generate: --prompt needs a tokenizer: %s\n", td_err_msg());
+            goto out;
+        }
+        tok = NULL;
+    }
+    const int32_t *prompt = a.prompt_ids;
+    int np = a.n_prompt;
+    if (a.messages) { /* render the chat template, then tokenize (it writes BOS itself) */
+        char cfg[4096];
+        td_chat_template_t tpl = {0};
+        td_chat_msgs_t msgs = {0};
+        td_chat_opts_t copts = {.add_generation_prompt = true};
+        td_buf_t rendered;
+        td_buf_init(&rendered);
+        snprintf(cfg, sizeof(cfg), "%s/tokenizer_config.json", a.model);
+        rc = td_chat_template_load(&tpl, cfg, NULL);
+        if (!rc)
+            rc = td_chat_msgs_parse(&msgs, a.messages, strlen(a.messages));
+        if (!rc)
+            rc = td_chat_render(&tpl, msgs.v, msgs.n, &copts, &rendered);
+        if (!rc)
+            rc = td_tokenizer_encode(tok, rendered.data, rendered.len, false, &ptoks);
+        td_buf_free(&rendered);
+        td_chat_msgs_free(&msgs);
+        td_chat_template_free(&tpl);
+        if (rc)
+            goto fail;
+        prompt = ptoks.ids;
+        np = (int)ptoks.len;
+    } else if (a.prompt) {
+        if ((rc = td_tokenizer_encode(tok, a.prompt, strlen(a.prompt), true, &ptoks)))
+            goto fail;
+        prompt = ptoks.ids;
+        np = (int)ptoks.len;
+    }
+    if (np == 0) {
+        fprintf(stderr, "tandem generate: the prompt encodes to no tokens\n");
+        goto out;
+    }
+    const td_model_cfg_t *c = &m->cfg;
+    if (a.sp.eos_id < 0)
+        a.sp.eos_id = c->eos_id;
+    td_engine_opts_t eo = {.n_threads = a.threads};
+    td_kv_layout_t lay;
+    int total = np + a.sp.max_tokens;
+    if ((rc = td_engine_create(m, &eo, &e)) || (rc = td_kv_layout_init(&lay, m, a.block)) ||
+        (rc = td_kv_pool_init(&pool, &lay, (total + a.block - 1) / a.block)) ||
+        (rc = td_sampler_init(&smp, &a.sp, c->vocab_size)))
+        goto fail;
+    logits = malloc((size_t)c->vocab_size * sizeof(float));
+    out_ids = malloc((size_t)a.sp.max_tokens * sizeof(int32_t));
+    if (!logits || !out_ids) {
+        rc = td_err_set(TD_ENOMEM, "out of memory");
+        goto fail;
+    }
+    printf("model: %s (%s, %d layers, vocab %d)\n", a.model, td_arch_name(c->arch), c->n_layers,
+           c->vocab_size);
+    printf("prompt: %d tokens\n", np);
+
+    double t0 = td_now_s();
+    int chunk = a.chunk > 0 ? a.chunk : np;
+    for (int i = 0; i < np; i += chunk) {
+        td_batch_seq_t b = {&seq, prompt + i, TD_MIN(chunk, np - i), logits};
+        if ((rc = td_engine_step(e, &pool, &b, 1)))
+            goto fail;
+    }
+    double t1 = td_now_s();
+    int n_out = 0;
+    const char *finish = "length";
+    td_detok_t dt;
+    td_detok_init(&dt, true);
+    for (;;) {
+        td_sample_t s;
+        td_sampler_sample(&smp, logits, &s);
+        out_ids[n_out++] = s.token;
+        if (tok && (rc = td_detok_step(tok, &dt, s.token, &text)))
+            goto fail;
+        if (a.sp.logprobs > 0) {
+            printf("token %d logprob %.4f top:", s.token, s.logprob);
+            for (int k = 0; k < s.n_top; k++)
+                printf(" %d:%.4f", s.top[k].id, s.top[k].logprob);
+            printf("\n");
+        }
+        if (s.finish != TD_FINISH_NONE) {
+            finish = s.finish == TD_FINISH_STOP ? "stop" : "length";
+            break;
+        }
+        td_batch_seq_t b = {&seq, &s.token, 1, logits};
+        if ((rc = td_engine_step(e, &pool, &b, 1)))
+            goto fail;
+    }
+    double t2 = td_now_s();
+    if (tok && (rc = td_detok_finish(tok, &dt, &text)))
+        goto fail;
+    printf("output ids:");
+    for (int i = 0; i < n_out; i++)
+        printf("%s%d", i ? "," : " ", out_ids[i]);
+    printf("\n");
+    if (tok)
+        printf("output text: %s\n", text.data ? text.data : "");
+    printf("finish: %s\n", finish);
+    /* decode steps: one per generated token after the first (which came from the prefill) */
+    printf("prefill: %d tokens in %.3f s (%.1f tokens/s)\n", np, t1 - t0, np / (t1 - t0));
+    if (n_out > 1)
+        printf("decode: %d tokens in %.3f s (%.1f tokens/s)\n", n_out - 1, t2 - t1,
+               (n_out - 1) / (t2 - t1));
+    status = 0;
+    goto out;
+fail:
+    fprintf(stderr, "tandem generate: %s\n", td_err_msg());
+out:
+    td_buf_free(&text);
+    free(out_ids);
+    free(logits);
+    td_sampler_free(&smp);
+    if (pool.mem) {
+        td_kv_seq_release(&pool, &seq);
+        td_kv_pool_free(&pool);
+    }
+    td_engine_free(e);
+    td_tokenizer_free(tok);
+    td_tokens_free(&ptoks);
+    td_model_free(m);
+    free(a.prompt_ids);
+    return status;
+}
