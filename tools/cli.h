@@ -8,4 +8,15 @@ typedef struct td_cli_cmd {
     int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
 } td_cli_cmd_t;
 
+/* `tandem mkmodel`: write a deterministic random-weight model (cmd_mkmodel.c). */
+int td_cmd_mkmodel(int argc, char **argv);
+
+/* `tandem generate`: offline generation in one process (cmd_generate.c). */
+int td_cmd_generate(int argc, char **argv);
+
+/* `tandem tokenize` / `tandem detokenize`: text <-> token ids with a model's tokenizer.json
+ * (cmd_tokenize.c). */
+int td_cmd_tokenize(int argc, char **argv);
+int td_cmd_detokenize(int argc, char **argv);
+
 #endif

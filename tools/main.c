@@ -7,6 +7,10 @@
 #include <string.h>
 
 static const td_cli_cmd_t commands[] = {
+    {"mkmodel", "write a deterministic random-weight test model", td_cmd_mkmodel},
+    {"generate", "generate tokens offline with a model in this process", td_cmd_generate},
+    {"tokenize", "print the token ids of a text (tokenizer.json)", td_cmd_tokenize},
+    {"detokenize", "print the text of token ids (tokenizer.json)", td_cmd_detokenize},
     {NULL, NULL, NULL},
 };
 

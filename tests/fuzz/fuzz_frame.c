@@ -1,0 +1,56 @@
+/* fuzz_frame.c: the control-plane frame reader and protobuf unpacking. Input: a byte stream cut
+ * into chunks of sizes taken from its first byte; every frame found is unpacked and freed. */
+#include "control.pb-c.h"
+#include "fuzz.h"
+#include "td_frame.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    size_t chunk = 1 + data[0] % 64;
+    data++, size--;
+    td_frame_reader_t r;
+    td_frame_reader_init(&r, 4096);
+    for (size_t off = 0; off < size; off += chunk) {
+        size_t n = size - off < chunk ? size - off : chunk;
+        if (td_frame_reader_feed(&r, data + off, n) != 0)
+            break; /* oversize frame: the connection would be closed */
+        const uint8_t *p;
+        size_t len;
+        int rc;
+        while ((rc = td_frame_reader_next(&r, &p, &len)) == 1) {
+            Tandem__Frame *f = tandem__frame__unpack(NULL, len, p);
+            if (f)
+                tandem__frame__free_unpacked(f, NULL);
+        }
+        if (rc < 0)
+            break;
+    }
+    td_frame_reader_free(&r);
+    return 0;
+}
+
+void fuzz_seed(td_buf_t *b)
+{
+    td_buf_append_char(b, 7); /* chunk size */
+    Tandem__Load load = TANDEM__LOAD__INIT;
+    load.free_blocks = 12;
+    Tandem__Heartbeat hb = TANDEM__HEARTBEAT__INIT;
+    hb.seq = 3;
+    hb.load = &load;
+    Tandem__Frame f = TANDEM__FRAME__INIT;
+    f.body_case = TANDEM__FRAME__BODY_HEARTBEAT;
+    f.heartbeat = &hb;
+    td_frame_encode(&f.base, b);
+    Tandem__Hello h = TANDEM__HELLO__INIT;
+    h.worker_id = "decode-0";
+    h.model = "tiny";
+    uint8_t addr[40] = {1, 2, 3};
+    h.ucx_address.data = addr;
+    h.ucx_address.len = sizeof(addr);
+    Tandem__Frame g = TANDEM__FRAME__INIT;
+    g.body_case = TANDEM__FRAME__BODY_HELLO;
+    g.hello = &h;
+    td_frame_encode(&g.base, b);
+}
