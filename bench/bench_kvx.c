@@ -4,7 +4,7 @@
  *   bench_kvx [--pool MiB] [--mech am|put|both] [--sizes 65536,1048576,...] [--small BYTES]
  *             [--seconds S] [--window W]
  *
- * UCX_TLS picks the transport (bench/kvx.sh runs tcp and sm). For each mechanism and block size
+ * UCX_TLS picks the transport (bench/xfer.sh runs tcp and sm). For each mechanism and block size
  * the parent pushes its whole pool as scattered blocks (no two adjacent, so each block is one UCX
  * operation of exactly that size) to a forked receiver, W pushes in flight, and prints GB/s and the
  * ratios to:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# kvx.sh: KV data-plane benchmark over TCP and shared memory, with ucx_perftest's figures for the
-# same transports and sizes. Usage: bench/kvx.sh [BUILD_DIR] [POOL_MiB] [SECONDS]
+# xfer.sh: KV data-plane benchmark over TCP and shared memory, with ucx_perftest's figures for the
+# same transports and sizes. Usage: bench/xfer.sh [BUILD_DIR] [POOL_MiB] [SECONDS]
 # Prints bench_kvx's tables (GB/s and ratios to memcpy / a plain TCP socket measured in the same
 # run) and, per transport, ucx_perftest ucp_put_bw / ucp_am_bw at 1 MiB and 16 MiB.
 set -euo pipefail
@@ -9,7 +9,7 @@ build=${1:-build}
 pool=${2:-256}
 secs=${3:-2}
 bin=${BENCH_KVX:-$build/bench/bench_kvx}
-[ -x "$bin" ] || { echo "kvx.sh: $bin not built (ninja -C $build bench/bench_kvx)" >&2; exit 1; }
+[ -x "$bin" ] || { echo "xfer.sh: $bin not built (ninja -C $build bench/bench_kvx)" >&2; exit 1; }
 
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# $(ucx_info -v | head -1 | sed 's/^# //')"
