@@ -94,6 +94,47 @@ static int by_prob_desc(const void *a, const void *b)
     return *(const int32_t *)a - *(const int32_t *)b;
 }
 
+/* The candidate order: probability descending, then id ascending (a total order). */
+static bool before(const float *p, int32_t a, int32_t b)
+{
+    return p[a] > p[b] || (p[a] == p[b] && a < b);
+}
+
+/* Rearrange ix[0..n) so that its first m entries are the m candidates that come first in the
+ * order, then sort just those: O(n + m log m) instead of sorting the whole vocabulary. */
+static void first_sorted(const float *p, int32_t *ix, int n, int m)
+{
+    int lo = 0, hi = n - 1;
+    while (m < n && lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        int32_t a = ix[lo], b = ix[mid], c = ix[hi], piv;
+        if (before(p, a, b))
+            piv = before(p, b, c) ? b : (before(p, a, c) ? c : a);
+        else
+            piv = before(p, a, c) ? a : (before(p, b, c) ? c : b);
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (before(p, ix[i], piv))
+                i++;
+            while (before(p, piv, ix[j]))
+                j--;
+            if (i <= j) {
+                int32_t t = ix[i];
+                ix[i++] = ix[j];
+                ix[j--] = t;
+            }
+        }
+        if (m - 1 <= j)
+            hi = j;
+        else if (m - 1 >= i)
+            lo = i;
+        else
+            break;
+    }
+    tl_key = p;
+    qsort(ix, (size_t)m, sizeof(int32_t), by_prob_desc);
+}
+
 /* Draw from the tempered, filtered distribution. */
 static int32_t draw(td_sampler_t *s, const float *logits)
 {
@@ -109,24 +150,32 @@ static int32_t draw(td_sampler_t *s, const float *logits)
     }
     for (int i = 0; i < V; i++)
         p[i] = (float)(p[i] / sum);
-    /* candidates, most likely first when a rank-based filter needs them sorted */
+    /* candidates, most likely first when a rank-based filter needs them in order */
     int n = V;
     for (int i = 0; i < V; i++)
         ix[i] = i;
-    if (s->p.top_k > 0 || s->p.top_p < 1) {
-        tl_key = p;
-        qsort(ix, (size_t)V, sizeof(int32_t), by_prob_desc);
-        if (s->p.top_k > 0 && s->p.top_k < n)
-            n = s->p.top_k;
-        if (s->p.top_p < 1) {
-            double kept = 0, tot = 0;
-            for (int i = 0; i < n; i++)
-                tot += p[ix[i]];
-            int k = 0;
-            while (k < n && kept < s->p.top_p * tot)
-                kept += p[ix[k++]];
-            n = TD_MAX(k, 1);
+    if (s->p.top_k > 0 && s->p.top_k < V) {
+        n = s->p.top_k;
+        first_sorted(p, ix, V, n);
+    }
+    if (s->p.top_p < 1) {
+        /* the smallest prefix holding top_p of the mass of what top-k left: sort a window of
+         * the most likely candidates, widening it until the prefix is inside it */
+        double tot = 0;
+        for (int i = 0; i < n; i++)
+            tot += p[ix[i]];
+        int w = n == V ? TD_MIN(V, 256) : n, k = 0;
+        for (;;) {
+            if (n == V)
+                first_sorted(p, ix, V, w);
+            double kept = 0;
+            for (k = 0; k < w && kept < s->p.top_p * tot; k++)
+                kept += p[ix[k]];
+            if (kept >= s->p.top_p * tot || w == n)
+                break;
+            w = (int)TD_MIN((int64_t)w * 8, (int64_t)n);
         }
+        n = TD_MAX(k, 1);
     }
     if (s->p.min_p > 0) {
         float top = 0;
