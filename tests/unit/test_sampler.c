@@ -5,6 +5,7 @@
 #include "td_sampler.h"
 
 #include <check.h>
+#include <stdbool.h>
 #include <math.h>
 #include <string.h>
 
@@ -215,6 +216,61 @@ START_TEST(test_bad_params)
 }
 END_TEST
 
+/* A large, nearly flat vocabulary: top-p's nucleus holds thousands of candidates, far more than
+ * the first selection window, so the window must widen; every draw must stay inside the nucleus
+ * computed here by sorting everything, and some must come from deep inside it. */
+START_TEST(test_top_p_wide_nucleus)
+{
+    enum { V = 5000 };
+    static float logits[V];
+    static int order[V];
+    for (int i = 0; i < V; i++) {
+        logits[i] = 0.001f * (float)((i * 7919) % 1000); /* 1000 distinct levels, many ties */
+        order[i] = i;
+    }
+    /* reference nucleus: probability descending, id ascending; exp of logits is monotone */
+    for (int i = 1; i < V; i++)
+        for (int j = i; j > 0 && (logits[order[j]] > logits[order[j - 1]] ||
+                                  (logits[order[j]] == logits[order[j - 1]] &&
+                                   order[j] < order[j - 1]));
+             j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    double tot = 0, mx = logits[order[0]];
+    for (int i = 0; i < V; i++)
+        tot += exp(logits[i] - mx);
+    static bool in_nucleus[V];
+    static int rank[V];
+    double kept = 0;
+    int nucleus = 0;
+    for (int i = 0; i < V && kept < 0.9 * tot; i++, nucleus++) {
+        kept += exp(logits[order[i]] - mx);
+        in_nucleus[order[i]] = true;
+    }
+    for (int i = 0; i < V; i++)
+        rank[order[i]] = i;
+    ck_assert_int_gt(nucleus, 2000);
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    p.temperature = 1;
+    p.top_p = 0.9f;
+    td_sampler_t s;
+    ck_assert_int_eq(td_sampler_init(&s, &p, V), 0);
+    int deep = 0;
+    for (int n = 0; n < 2000; n++) {
+        td_sample_t o;
+        td_sampler_sample(&s, logits, &o);
+        ck_assert_msg(in_nucleus[o.token], "draw %d: token %d (rank %d) outside the nucleus of %d",
+                      n, o.token, rank[o.token], nucleus);
+        deep += rank[o.token] >= 2048;
+    }
+    ck_assert_int_gt(deep, 100);
+    td_sampler_free(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("sampler");
@@ -226,6 +282,7 @@ int main(void)
     tcase_add_test(tc, test_seed_reproducible);
     tcase_add_test(tc, test_stop_conditions);
     tcase_add_test(tc, test_bad_params);
+    tcase_add_test(tc, test_top_p_wide_nucleus);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
