@@ -14,17 +14,17 @@
             return rc_;                                                                            \
     } while (0)
 
-const char *td_finish_name(td_api_kind_t kind, td_finish_t why, bool stop_sequence)
+const char *td_resp_finish_name(td_api_kind_t kind, td_resp_finish_t why, bool stop_sequence)
 {
     if (kind == TD_API_MESSAGES) {
-        if (why == TD_FINISH_LENGTH)
+        if (why == TD_RESP_LENGTH)
             return "max_tokens";
         return stop_sequence ? "stop_sequence" : "end_turn";
     }
     switch (why) {
-    case TD_FINISH_STOP: return "stop";
-    case TD_FINISH_LENGTH: return "length";
-    case TD_FINISH_ABORT: return "abort";
+    case TD_RESP_STOP: return "stop";
+    case TD_RESP_LENGTH: return "length";
+    case TD_RESP_ABORT: return "abort";
     default: return NULL;
     }
 }
@@ -233,7 +233,7 @@ int td_resp_delta(td_buf_t *out, const td_resp_ctx_t *c, int index, const char *
     return rc;
 }
 
-int td_resp_finish(td_buf_t *out, const td_resp_ctx_t *c, int index, td_finish_t why,
+int td_resp_finish(td_buf_t *out, const td_resp_ctx_t *c, int index, td_resp_finish_t why,
                    const td_resp_usage_t *usage)
 {
     if (c->kind == TD_API_MESSAGES) {
@@ -242,7 +242,7 @@ int td_resp_finish(td_buf_t *out, const td_resp_ctx_t *c, int index, td_finish_t
         TRY(td_buf_append_str(out, "{\"type\":\"content_block_stop\",\"index\":0}\n\n"));
         TRY(anthropic_event(out, "message_delta"));
         TRY(td_buf_append_str(out, "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"));
-        TRY(json_cstr(out, td_finish_name(c->kind, why, c->stop_sequence != NULL)));
+        TRY(json_cstr(out, td_resp_finish_name(c->kind, why, c->stop_sequence != NULL)));
         TRY(td_buf_append_str(out, ",\"stop_sequence\":"));
         TRY(json_cstr(out, c->stop_sequence));
         return td_buf_printf(out, "},\"usage\":{\"output_tokens\":%" PRId64 "}}\n\n",
@@ -253,7 +253,7 @@ int td_resp_finish(td_buf_t *out, const td_resp_ctx_t *c, int index, td_finish_t
         TRY(openai_chunk(out, c, index, "{\"role\":\"assistant\",\"content\":\"\"}", NULL, 0,
                          NULL, NULL));
     }
-    return openai_chunk(out, c, index, "{}", "", 0, NULL, td_finish_name(c->kind, why, false));
+    return openai_chunk(out, c, index, "{}", "", 0, NULL, td_resp_finish_name(c->kind, why, false));
 }
 
 int td_resp_done(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_usage_t *usage)
@@ -304,7 +304,7 @@ int td_resp_full(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_choice_t *
         TRY(td_buf_append_str(out, ",\"content\":[{\"type\":\"text\",\"text\":"));
         TRY(json_str(out, n ? choices[0].text : "", n ? choices[0].len : 0));
         TRY(td_buf_append_str(out, "}],\"stop_reason\":"));
-        TRY(json_cstr(out, td_finish_name(c->kind, n ? choices[0].finish : TD_FINISH_STOP,
+        TRY(json_cstr(out, td_resp_finish_name(c->kind, n ? choices[0].finish : TD_RESP_STOP,
                                           c->stop_sequence != NULL)));
         TRY(td_buf_append_str(out, ",\"stop_sequence\":"));
         TRY(json_cstr(out, c->stop_sequence));
@@ -338,7 +338,7 @@ int td_resp_full(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_choice_t *
         else
             TRY(td_buf_append_str(out, "null"));
         TRY(td_buf_append_str(out, ",\"finish_reason\":"));
-        TRY(json_cstr(out, td_finish_name(c->kind, ch->finish, false)));
+        TRY(json_cstr(out, td_resp_finish_name(c->kind, ch->finish, false)));
         TRY(td_buf_append_char(out, '}'));
     }
     TRY(td_buf_append_str(out, "],\"usage\":"));

@@ -18,12 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum td_finish {
-    TD_FINISH_NONE = 0,
-    TD_FINISH_STOP,     /* EOS, a stop token or a stop string */
-    TD_FINISH_LENGTH,   /* max_tokens or the context limit */
-    TD_FINISH_ABORT,    /* canceled or failed */
-} td_finish_t;
+typedef enum td_resp_finish {
+    TD_RESP_NONE = 0,
+    TD_RESP_STOP,     /* EOS, a stop token or a stop string */
+    TD_RESP_LENGTH,   /* max_tokens or the context limit */
+    TD_RESP_ABORT,    /* canceled or failed */
+} td_resp_finish_t;
 
 typedef struct td_resp_usage {
     int64_t prompt_tokens;
@@ -67,7 +67,7 @@ typedef struct td_resp_ctx {
 int td_resp_delta(td_buf_t *out, const td_resp_ctx_t *c, int index, const char *text, size_t len,
                   const td_resp_logprob_t *lp);
 /* Streaming: choice `index` ended. */
-int td_resp_finish(td_buf_t *out, const td_resp_ctx_t *c, int index, td_finish_t why,
+int td_resp_finish(td_buf_t *out, const td_resp_ctx_t *c, int index, td_resp_finish_t why,
                    const td_resp_usage_t *usage);
 /* Streaming: the whole response ended. */
 int td_resp_done(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_usage_t *usage);
@@ -80,7 +80,7 @@ int td_resp_stream_error(td_buf_t *out, const td_resp_ctx_t *c, const char *type
 typedef struct td_resp_choice {
     const char *text; /* full generated text (with the prompt first when echo) */
     size_t len;
-    td_finish_t finish;
+    td_resp_finish_t finish;
     const td_resp_logprob_t *lp; /* [n_lp] per generated token, or NULL */
     size_t n_lp;
 } td_resp_choice_t;
@@ -91,6 +91,6 @@ int td_resp_full(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_choice_t *
 
 /* "stop" / "length" / "abort" (OpenAI), "end_turn" / "stop_sequence" / "max_tokens"
  * (Anthropic). */
-const char *td_finish_name(td_api_kind_t kind, td_finish_t why, bool stop_sequence);
+const char *td_resp_finish_name(td_api_kind_t kind, td_resp_finish_t why, bool stop_sequence);
 
 #endif

@@ -44,7 +44,7 @@ START_TEST(test_chat_chunks_exact)
                      "\"\\\"!\\n\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
     td_buf_reset(&b);
     td_resp_usage_t u = {5, 2, 0};
-    ck_assert_int_eq(td_resp_finish(&b, &c, 0, TD_FINISH_LENGTH, &u), 0);
+    ck_assert_int_eq(td_resp_finish(&b, &c, 0, TD_RESP_LENGTH, &u), 0);
     ck_assert_int_eq(td_resp_done(&b, &c, &u), 0);
     ck_assert_str_eq(b.data,
                      "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":"
@@ -95,8 +95,8 @@ START_TEST(test_completions_stream_usage_and_logprobs)
         off += strlen(toks[i]);
     }
     td_resp_usage_t u = {5, 3, 4};
-    ck_assert_int_eq(td_resp_finish(&b, &c, 0, TD_FINISH_STOP, &u), 0);
-    ck_assert_int_eq(td_resp_finish(&b, &c, 1, TD_FINISH_STOP, &u), 0);
+    ck_assert_int_eq(td_resp_finish(&b, &c, 0, TD_RESP_STOP, &u), 0);
+    ck_assert_int_eq(td_resp_finish(&b, &c, 1, TD_RESP_STOP, &u), 0);
     ck_assert_int_eq(td_resp_done(&b, &c, &u), 0);
     json_object *o[16];
     bool done;
@@ -143,7 +143,7 @@ START_TEST(test_anthropic_stream_order)
     ck_assert_int_eq(td_resp_delta(&b, &c, 0, "lo", 2, NULL), 0);
     td_resp_usage_t u = {5, 3, 0};
     c.stop_sequence = "END";
-    ck_assert_int_eq(td_resp_finish(&b, &c, 0, TD_FINISH_STOP, &u), 0);
+    ck_assert_int_eq(td_resp_finish(&b, &c, 0, TD_RESP_STOP, &u), 0);
     ck_assert_int_eq(td_resp_done(&b, &c, &u), 0);
     static const char *order[] = {"message_start", "content_block_start", "ping",
                                   "content_block_delta", "content_block_delta",
@@ -167,7 +167,7 @@ START_TEST(test_full_bodies)
     bool role[1] = {false};
     td_buf_t b;
     td_buf_init(&b);
-    td_resp_choice_t ch = {"4", 1, TD_FINISH_STOP, NULL, 0};
+    td_resp_choice_t ch = {"4", 1, TD_RESP_STOP, NULL, 0};
     td_resp_usage_t u = {9, 1, 0};
     td_resp_ctx_t c = ctx(TD_API_CHAT, false, role);
     ck_assert_int_eq(td_resp_full(&b, &c, &ch, 1, &u), 0);
@@ -180,7 +180,7 @@ START_TEST(test_full_bodies)
     json_object_put(o);
     td_buf_reset(&b);
     c = ctx(TD_API_MESSAGES, false, role);
-    ch.finish = TD_FINISH_LENGTH;
+    ch.finish = TD_RESP_LENGTH;
     ck_assert_int_eq(td_resp_full(&b, &c, &ch, 1, &u), 0);
     o = json_tokener_parse(b.data);
     ck_assert_ptr_nonnull(o);
