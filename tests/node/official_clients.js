@@ -28,7 +28,10 @@ async function main() {
     console.log(`ok ${passed} - ${name}`);
   };
   try {
-    const openai = new OpenAI({ apiKey: 'unused', baseURL: `${base}/v1`, maxRetries: 0 });
+    // The platform's fetch (undici): openai 4's bundled node-fetch misreports some chunked
+    // responses as "Premature close" under Debian's node 18 (seen once in a fresh Debian root).
+    const openai = new OpenAI({ apiKey: 'unused', baseURL: `${base}/v1`, maxRetries: 0,
+                                fetch: globalThis.fetch });
     const messages = [{ role: 'system', content: 'be brief' }, { role: 'user', content: 'hi' }];
 
     await check('chat completion', async () => {
