@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,6 +54,7 @@ static void redis_start(void)
     snprintf(port, sizeof(port), "%d", redis_port);
     redis_pid = fork();
     if (redis_pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a test that failed mid-way */
         execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
                "--appendonly", "no", "--loglevel", "warning", (char *)NULL);
         _exit(127);
