@@ -1,0 +1,56 @@
+// llamacpp_bench.mjs: llama.cpp's CPU throughput (node-llama-cpp's prebuilt build) on a GGUF file,
+// for bench/engine.sh: prefill tokens/s (the whole prompt in one batch) and greedy decode tokens/s
+// at batch 1 (one sequence, after a short prompt), with a fixed thread count. Prints two lines:
+//   llama.cpp prefill: N tokens in S s: X tokens/s
+//   llama.cpp decode batch  1: N steps in S s: X tokens/s
+//
+// usage: node llamacpp_bench.mjs NODE_MODULES_DIR MODEL.gguf VOCAB THREADS PROMPT DECODE
+// Prompt token ids are (i * 7919 + 13) % VOCAB, the same as bench_engine's.
+import path from "node:path";
+import {pathToFileURL} from "node:url";
+
+const [modulesDir, modelPath, vocabStr, threadsStr, promptStr, decodeStr] = process.argv.slice(2);
+const vocab = Number(vocabStr), threads = Number(threadsStr), nPrompt = Number(promptStr),
+      nDecode = Number(decodeStr);
+if (!(vocab > 0 && threads > 0 && nPrompt >= 16 && nDecode > 0)) {
+    console.error("usage: node llamacpp_bench.mjs NODE_MODULES_DIR MODEL.gguf VOCAB THREADS PROMPT DECODE");
+    process.exit(2);
+}
+const {getLlama} = await import(
+    pathToFileURL(path.join(modulesDir, "node-llama-cpp", "dist", "index.js")).href);
+const llama = await getLlama({gpu: false, build: "never", logLevel: "error", maxThreads: threads});
+const model = await llama.loadModel({modelPath});
+const ctx = await model.createContext({
+    contextSize: nPrompt + nDecode + 64,
+    batchSize: nPrompt,
+    sequences: 1,
+    threads: {ideal: threads, min: threads},
+});
+const seq = ctx.getSequence();
+const toks = Array.from({length: nPrompt}, (_, i) => (i * 7919 + 13) % vocab);
+const now = () => Number(process.hrtime.bigint()) / 1e9;
+
+// warm-up: page the weights in and let llama.cpp allocate its buffers
+await seq.evaluateWithoutGeneratingNewTokens(toks.slice(0, 16));
+await seq.clearHistory();
+
+// prefill: the whole prompt in one batch
+let t0 = now();
+await seq.evaluateWithoutGeneratingNewTokens(toks);
+let dt = now() - t0;
+console.log(`llama.cpp prefill: ${nPrompt} tokens in ${dt.toFixed(3)} s: ${(nPrompt / dt).toFixed(1)} tokens/s`);
+await seq.clearHistory();
+
+// decode: a 16-token prompt (like bench_engine's), then nDecode greedy steps of one token each,
+// timed from the first generated token (which ends the prompt's step) to the last
+let n = 0;
+for await (const t of seq.evaluate(toks.slice(0, 16), {temperature: 0})) {
+    if (n === 0)
+        t0 = now();
+    if (++n > nDecode)
+        break;
+}
+dt = now() - t0;
+console.log(`llama.cpp decode batch  1: ${nDecode} steps in ${dt.toFixed(3)} s: ${(nDecode / dt).toFixed(1)} tokens/s`);
+await ctx.dispose();
+await model.dispose();
