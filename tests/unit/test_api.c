@@ -2,6 +2,7 @@
  * completions and Anthropic messages, including malformed bodies. */
 #include "api.h"
 #include "td_error.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -223,9 +224,5 @@ int main(void)
     tcase_add_test(tc, test_anthropic);
     tcase_add_test(tc, test_every_truncation_fails_cleanly);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }

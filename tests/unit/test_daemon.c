@@ -2,6 +2,7 @@
  * SIGTERM/SIGINT delivered through the loop. */
 #include "td_daemon.h"
 #include "td_util.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <signal.h>
@@ -119,9 +120,5 @@ int main(void)
     tcase_add_test(tc, test_notify_and_watchdog);
     tcase_add_test(tc, test_no_systemd);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }

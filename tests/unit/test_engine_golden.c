@@ -9,6 +9,7 @@
 #include "td_error.h"
 #include "td_kv.h"
 #include "td_model.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <json-c/json.h>
@@ -199,9 +200,5 @@ int main(void)
     tcase_add_test(tc, test_golden_llama_gguf);
     tcase_add_test(tc, test_generate_cli);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }

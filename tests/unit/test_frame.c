@@ -2,6 +2,7 @@
 #include "control.pb-c.h"
 #include "td_error.h"
 #include "td_frame.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -142,9 +143,5 @@ int main(void)
     tcase_add_test(tc, test_frame_malformed_payload);
     tcase_add_test(tc, test_hmac);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }

@@ -5,6 +5,8 @@
 #include "td_util.h"
 
 #include <arpa/inet.h>
+#include "td_check.h"
+
 #include <check.h>
 #include <pthread.h>
 #include <signal.h>
@@ -274,9 +276,5 @@ int main(void)
     tcase_add_test(tc, test_stream);
     tcase_add_test(tc, test_cancel_and_garbage);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }

@@ -2,6 +2,7 @@
  * implementation's command line) over the same bytes, and the chaining properties. */
 #include "td_kvhash.h"
 #include "td_util.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -103,9 +104,5 @@ int main(void)
     tcase_add_test(tc, test_matches_xxhsum);
     tcase_add_test(tc, test_chain_properties);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }

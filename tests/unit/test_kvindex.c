@@ -1,6 +1,7 @@
 /* test_kvindex.c: the router's KV index mirror against a brute-force model under random
  * add/remove/remove_worker operations, and prefix queries. */
 #include "kvindex.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <stdbool.h>
@@ -86,9 +87,5 @@ int main(void)
     tcase_add_test(tc, test_random_against_model);
     tcase_add_test(tc, test_prefix);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }

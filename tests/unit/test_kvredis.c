@@ -5,6 +5,8 @@
 #include "td_util.h"
 
 #include <arpa/inet.h>
+#include "td_check.h"
+
 #include <check.h>
 #include <hiredis/hiredis.h>
 #include <signal.h>
@@ -259,9 +261,5 @@ int main(void)
     tcase_add_test(tc, test_events_resync_restart);
     tcase_add_test(tc, test_bad_address);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }

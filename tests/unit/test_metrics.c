@@ -1,6 +1,7 @@
 /* test_metrics.c: Prometheus registry: exact text rendering, histogram bucket semantics,
  * label handling, concurrent updates. */
 #include "td_metrics.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <math.h>
@@ -128,9 +129,5 @@ int main(void)
     tcase_add_test(tc, test_vllm_buckets);
     tcase_add_test(tc, test_concurrent);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }

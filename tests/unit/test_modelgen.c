@@ -5,6 +5,7 @@
 #include "td_error.h"
 #include "td_modelgen.h"
 #include "td_util.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <json-c/json.h>
@@ -264,9 +265,5 @@ int main(void)
     tcase_add_test(tc, test_param_counts_and_headers);
     tcase_add_test(tc, test_deterministic);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }

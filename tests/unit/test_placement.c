@@ -1,6 +1,7 @@
 /* test_placement.c: placement policies, high-water marks and the local pending estimate. */
 #include "placement.h"
 #include "td_error.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <string.h>
@@ -125,9 +126,5 @@ int main(void)
     tcase_add_test(tc, test_high_water_marks);
     tcase_add_test(tc, test_p2c_balances);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }

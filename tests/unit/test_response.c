@@ -1,6 +1,7 @@
 /* test_response.c: OpenAI and Anthropic response formatting: exact chunk bytes for the OpenAI
  * framing, every SSE data line valid JSON, deltas that add up to the text, event order. */
 #include "response.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <json-c/json.h>
@@ -207,9 +208,5 @@ int main(void)
     tcase_add_test(tc, test_anthropic_stream_order);
     tcase_add_test(tc, test_full_bodies);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(s);
 }
