@@ -193,6 +193,8 @@ int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int
             pos[t] = seqs[i].kv->n_tokens + k;
             toks[t].blocks = seqs[i].kv->blocks;
             toks[t].pos = pos[t];
+            toks[t].start =
+                c->sliding_window > 0 ? TD_MAX(0, pos[t] - c->sliding_window + 1) : 0;
         }
     td__step_t s = {T, tokens, pos, toks, pool};
 

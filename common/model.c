@@ -514,6 +514,16 @@ static int parse_config_json(loader_t *L, const char *path)
     }
     if ((rc = jint(L, o, "head_dim", c->hidden / c->n_heads, false, &c->head_dim)))
         goto out;
+    /* Mistral's sliding window applies to every layer; Qwen2's (use_sliding_window, per layer
+     * from max_window_layers) is not implemented and refused rather than computed wrong */
+    if (strcmp(mt, "mistral") == 0 && (rc = jint(L, o, "sliding_window", 0, false,
+                                                  &c->sliding_window)))
+        goto out;
+    if (jbool(o, "use_sliding_window", false) && strcmp(mt, "mistral") != 0) {
+        rc = td_err_set(TD_ENOTSUP, "%s: field \"use_sliding_window\": per-layer sliding-window "
+                                    "attention (%s) is not supported", path, mt);
+        goto out;
+    }
     c->tie_embeddings = jbool(o, "tie_word_embeddings", false);
     if ((rc = parse_rope_scaling(L, jget(o, "rope_scaling"), c)))
         goto out;

@@ -18,7 +18,8 @@
 /* Where one token of a step lives in the cache. */
 typedef struct td_attn_tok {
     const int32_t *blocks; /* the block table of the token's sequence */
-    int32_t pos;           /* its position: it attends to positions [0, pos] of that sequence */
+    int32_t pos;           /* its position: it attends to positions [start, pos] of that sequence */
+    int32_t start;         /* first attended position: 0, or pos - window + 1 with a window */
 } td_attn_tok_t;
 
 typedef struct td_backend td_backend_t;

@@ -107,6 +107,8 @@ typedef struct td_model_cfg {
     /* tokens */
     int bos_id, eos_id; /* -1 when unknown */
     int max_ctx;
+    int sliding_window; /* > 0: each token attends to the last sliding_window positions
+                         * (Mistral's sliding-window attention, every layer); 0: all */
 } td_model_cfg_t;
 
 /* One layer's weights. Unused fields are zero (mat.data == NULL, vectors NULL). */

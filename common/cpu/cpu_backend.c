@@ -423,7 +423,7 @@ static void gqa_items(void *arg, int64_t i0, int64_t i1, int tid)
         const td_attn_tok_t *tk = &j->toks[t];
         float m = -INFINITY, l = 0;
         memset(acc, 0, (size_t)hd * sizeof(float));
-        for (int p = 0; p <= tk->pos; p++) {
+        for (int p = tk->start; p <= tk->pos; p++) {
             const float *kv = td_kv_slot(j->pool, tk->blocks[p / B], j->layer, p % B);
             const float *k = kv + (size_t)kvh * hd;
             const float *v = kv + (size_t)(j->n_kv_heads + kvh) * hd;
@@ -458,7 +458,7 @@ static void mla_items(void *arg, int64_t i0, int64_t i1, int tid)
         const td_attn_tok_t *tk = &j->toks[t];
         float m = -INFINITY, l = 0;
         memset(acc, 0, (size_t)r * sizeof(float));
-        for (int p = 0; p <= tk->pos; p++) {
+        for (int p = tk->start; p <= tk->pos; p++) {
             const float *kv = td_kv_slot(j->pool, tk->blocks[p / B], j->layer, p % B);
             float s = td__cpu_dot(ql, kv, r) + td__cpu_dot(qp, kv + r, j->rope_dim);
             softmax_fold(s * j->scale, kv, r, &m, &l, acc);

@@ -70,7 +70,7 @@ VARIANTS = [
     ("llama", []), ("llama", ["gguf"]), ("qwen3", []),
     ("deepseek_v2", []), ("deepseek_v2", ["gguf"]), ("deepseek_v2", ["fused", "shards"]),
     ("deepseek_v3", []), ("deepseek_v3", ["gguf"]), ("deepseek_v3", ["fp8"]),
-    ("deepseek_v3", ["bf16"]),
+    ("deepseek_v3", ["bf16"]), ("llama", ["swa"]),
 ]
 
 
@@ -98,6 +98,15 @@ def run_all(tandem, dump, steps, tol, threads, block, only=None):
             if "bf16" in opts:
                 args += ["--dtype", "bf16"]
             subprocess.run(args, check=True, capture_output=True, timeout=300)
+            if "swa" in opts:  # Mistral: the same weights with an 8-token sliding window
+                cfg_path = os.path.join(d, "config.json")
+                with open(cfg_path) as f:
+                    cfg = json.load(f)
+                cfg["model_type"] = "mistral"
+                cfg["architectures"] = ["MistralForCausalLM"]
+                cfg["sliding_window"] = 8
+                with open(cfg_path, "w") as f:
+                    json.dump(cfg, f, indent=1)
             path = os.path.join(d, "model.gguf") if "gguf" in opts else d
             out = os.path.join(tmp, name + ".json")
             r = subprocess.run([dump, path, ",".join(map(str, PROMPT)), str(steps), out,

@@ -290,6 +290,14 @@ START_TEST(test_config_errors)
          "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 96, "
          "\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2}}",
          "dynamic", NULL},
+        {"{\"model_type\": \"qwen2\", \"vocab_size\": 96, \"hidden_size\": 64, "
+         "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 96, "
+         "\"use_sliding_window\": true, \"sliding_window\": 32}",
+         "use_sliding_window", NULL},
+        {"{\"model_type\": \"mistral\", \"vocab_size\": 96, \"hidden_size\": 64, "
+         "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"intermediate_size\": 96, "
+         "\"sliding_window\": -4}",
+         "sliding_window", NULL},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         write_bytes(path, bad[i][0], strlen(bad[i][0]));
