@@ -546,6 +546,14 @@ static int parse_config_json(loader_t *L, const char *path)
             (rc = jfloat(L, o, "routed_scaling_factor", 1.0, &c->routed_scale)))
             goto out;
         c->rope_dim = c->qk_rope_dim;
+        int moe_freq = 1;
+        if ((rc = jint(L, o, "moe_layer_freq", 1, false, &moe_freq)))
+            goto out;
+        if (moe_freq != 1) { /* every released DeepSeek V2/V3 uses 1: MoE on every layer */
+            rc = td_err_set(TD_ENOTSUP, "%s: field \"moe_layer_freq\" = %d (only 1 is supported)",
+                            path, moe_freq);
+            goto out;
+        }
         const char *sf = jstr(o, "scoring_func");
         c->score_func = sf && strcmp(sf, "sigmoid") == 0 ? TD_SCORE_SIGMOID : TD_SCORE_SOFTMAX;
         if (sf && strcmp(sf, "sigmoid") != 0 && strcmp(sf, "softmax") != 0) {
