@@ -4,6 +4,7 @@
 #include "td_error.h"
 #include "td_log.h"
 #include "td_util.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -346,10 +347,7 @@ int main(void)
 {
     if (!mkdtemp(tmpdir))
         return 1;
-    SRunner *sr = srunner_create(base_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = td_check_run(base_suite());
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
     if (system(cmd) != 0)

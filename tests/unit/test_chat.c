@@ -13,6 +13,7 @@
 #include "td_chat.h"
 #include "td_error.h"
 #include "td_util.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -590,9 +591,6 @@ static Suite *chat_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(chat_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = td_check_run(chat_suite());
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -4,6 +4,7 @@
 #include "td_error.h"
 #include "td_kvx.h"
 #include "td_util.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -350,9 +351,6 @@ static Suite *kvx_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(kvx_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = td_check_run(kvx_suite());
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -7,6 +7,7 @@
 #include "td_error.h"
 #include "td_model.h"
 #include "td_util.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -547,10 +548,7 @@ int main(void)
     tcase_add_test(tc, test_gguf_truncated);
     tcase_add_test(tc, test_gguf_lying_header);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = td_check_run(s);
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
     if (system(cmd) != 0)

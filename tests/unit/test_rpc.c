@@ -5,6 +5,7 @@
 #include "td_error.h"
 #include "td_rpc.h"
 #include "td_util.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -392,9 +393,5 @@ int main(void)
     tcase_add_test(tc, test_bad_peer_statuses);
     tcase_add_test(tc, test_reconnect_backoff);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(su);
 }

@@ -3,6 +3,7 @@
  * renormalised frequencies follow from that by hand. */
 #include "td_error.h"
 #include "td_sampler.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <stdbool.h>
@@ -284,9 +285,5 @@ int main(void)
     tcase_add_test(tc, test_bad_params);
     tcase_add_test(tc, test_top_p_wide_nucleus);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return td_check_run(su);
 }

@@ -4,6 +4,7 @@
 #include "td_error.h"
 #include "td_tokenizer.h"
 #include "td_util.h"
+#include "td_check.h"
 
 #include <check.h>
 #include <pthread.h>
@@ -785,9 +786,6 @@ Suite *tokenizer_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(tokenizer_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = td_check_run(tokenizer_suite());
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
