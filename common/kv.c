@@ -44,17 +44,20 @@ bool td_kv_layout_match(const td_kv_layout_t *a, const td_kv_layout_t *b)
     return memcmp(a->fingerprint, b->fingerprint, 16) == 0;
 }
 
-int td_kv_pool_init(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks)
+static int pool_setup(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks, void *mem)
 {
     memset(p, 0, sizeof(*p));
     if (n_blocks < 1 || l->block_bytes == 0)
         return td_err_set(TD_EINVAL, "kv pool of %d blocks", n_blocks);
     if ((size_t)n_blocks > SIZE_MAX / l->block_bytes)
         return td_err_set(TD_EOVERFLOW, "kv pool of %d blocks is too large", n_blocks);
+    if (mem && ((uintptr_t)mem & 63u))
+        return td_err_set(TD_EINVAL, "kv pool memory is not 64-byte aligned");
     p->layout = *l;
     p->n_blocks = n_blocks;
     size_t bytes = TD_ALIGN_UP((size_t)n_blocks * l->block_bytes, (size_t)64);
-    p->mem = aligned_alloc(64, bytes);
+    p->borrowed = mem != NULL;
+    p->mem = mem ? mem : aligned_alloc(64, bytes);
     p->free_ids = td_calloc((size_t)n_blocks, sizeof(int32_t));
     p->refs = td_calloc((size_t)n_blocks, sizeof(int32_t));
     if (!p->mem || !p->free_ids || !p->refs) {
@@ -62,16 +65,30 @@ int td_kv_pool_init(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks)
         return td_err_set(TD_ENOMEM, "kv pool: cannot allocate %d blocks of %zu bytes", n_blocks,
                           l->block_bytes);
     }
-    memset(p->mem, 0, bytes);
+    if (!mem)
+        memset(p->mem, 0, bytes);
     for (int i = 0; i < n_blocks; i++)
         p->free_ids[i] = n_blocks - 1 - i; /* pop order 0, 1, 2, ... */
     p->n_free = n_blocks;
     return 0;
 }
 
+int td_kv_pool_init(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks)
+{
+    return pool_setup(p, l, n_blocks, NULL);
+}
+
+int td_kv_pool_init_mem(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks, void *mem)
+{
+    if (!mem)
+        return td_err_set(TD_EINVAL, "kv pool: no memory given");
+    return pool_setup(p, l, n_blocks, mem);
+}
+
 void td_kv_pool_free(td_kv_pool_t *p)
 {
-    free(p->mem);
+    if (!p->borrowed)
+        free(p->mem);
     free(p->free_ids);
     free(p->refs);
     memset(p, 0, sizeof(*p));

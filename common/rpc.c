@@ -797,3 +797,46 @@ void *td_rpc_conn_get_data(const td_rpc_conn_t *c)
 {
     return c->data;
 }
+
+int td_rpc_secret_load(const char *secret, const char *file, uint8_t **out, size_t *len)
+{
+    char *text = NULL, cred[4096];
+    size_t n = 0;
+    const char *from = "cluster.secret";
+    *out = NULL;
+    *len = 0;
+    if (secret && *secret) {
+        text = td_strdup(secret);
+        n = text ? strlen(text) : 0;
+    } else {
+        const char *dir = getenv("CREDENTIALS_DIRECTORY");
+        if ((!file || !*file) && dir) {
+            snprintf(cred, sizeof(cred), "%s/cluster-secret", dir);
+            if (access(cred, R_OK) == 0)
+                file = cred;
+        }
+        if (!file || !*file)
+            return td_err_set(TD_EAUTH, "no cluster secret: set cluster.secret_file (or "
+                                        "cluster.secret, or a systemd credential cluster-secret)");
+        int rc = td_file_read_all(file, &text, &n);
+        if (rc)
+            return td_err_set(rc, "cluster secret %s: %s", file, td_strerror(rc));
+        from = file;
+    }
+    if (!text)
+        return td_err_set(TD_ENOMEM, "out of memory");
+    size_t a = 0;
+    while (a < n && (text[a] == ' ' || text[a] == '\t' || text[a] == '\n' || text[a] == '\r'))
+        a++;
+    while (n > a && (text[n - 1] == ' ' || text[n - 1] == '\t' || text[n - 1] == '\n' ||
+                     text[n - 1] == '\r'))
+        n--;
+    if (n - a < 16) {
+        free(text);
+        return td_err_set(TD_EAUTH, "%s: the cluster secret must be at least 16 bytes", from);
+    }
+    memmove(text, text + a, n - a);
+    *out = (uint8_t *)text;
+    *len = n - a;
+    return 0;
+}

@@ -199,6 +199,20 @@ static int32_t draw(td_sampler_t *s, const float *logits)
     return ix[n - 1];
 }
 
+/* Count one more generated token and say whether it ends the request. */
+static td_finish_t finish_after(td_sampler_t *s, int32_t token)
+{
+    s->n_generated++;
+    for (int i = 0; i < s->p.n_stop; i++)
+        if (token == s->p.stop_ids[i])
+            return TD_FINISH_STOP;
+    if (token == s->p.eos_id && !s->p.ignore_eos)
+        return TD_FINISH_STOP;
+    if (s->p.max_tokens > 0 && s->n_generated >= s->p.max_tokens)
+        return TD_FINISH_LENGTH;
+    return TD_FINISH_NONE;
+}
+
 void td_sampler_sample(td_sampler_t *s, const float *logits, td_sample_t *out)
 {
     int V = s->vocab;
@@ -233,13 +247,12 @@ void td_sampler_sample(td_sampler_t *s, const float *logits, td_sample_t *out)
     for (int k = 0; k < n; k++)
         out->top[k].logprob = (float)(out->top[k].logprob - lse);
     out->n_top = n;
-    s->n_generated++;
-    out->finish = TD_FINISH_NONE;
-    for (int i = 0; i < s->p.n_stop; i++)
-        if (out->token == s->p.stop_ids[i])
-            out->finish = TD_FINISH_STOP;
-    if (out->token == s->p.eos_id && !s->p.ignore_eos)
-        out->finish = TD_FINISH_STOP;
-    if (out->finish == TD_FINISH_NONE && s->p.max_tokens > 0 && s->n_generated >= s->p.max_tokens)
-        out->finish = TD_FINISH_LENGTH;
+    out->finish = finish_after(s, out->token);
+}
+
+td_finish_t td_sampler_accept(td_sampler_t *s, int32_t token)
+{
+    if (s->p.temperature != 0)
+        (void)xoshiro(s->rng); /* draw() takes exactly one value per token */
+    return finish_after(s, token);
 }

@@ -47,11 +47,16 @@ typedef struct td_kv_pool {
     int32_t *free_ids; /* [n_blocks] stack of free block ids, n_free of them */
     int n_free;
     int32_t *refs; /* [n_blocks] reference counts (0: free) */
+    bool borrowed; /* mem belongs to someone else (a registered data-plane pool) */
 } td_kv_pool_t;
 
 /* Allocate a pool of `n_blocks` blocks. 0, TD_EINVAL or TD_ENOMEM. */
 int td_kv_pool_init(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks);
 void td_kv_pool_free(td_kv_pool_t *p);
+/* A pool over `mem` that the caller owns: [n_blocks][block_bytes] bytes, 64-byte aligned, e.g. the
+ * UCX-registered pool of td_kvx so that blocks move without a copy. td_kv_pool_free leaves `mem`
+ * alone. 0, TD_EINVAL or TD_ENOMEM. */
+int td_kv_pool_init_mem(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks, void *mem);
 /* Take a free block (refcount 1). 0 or TD_ENOSPC. */
 int td_kv_block_alloc(td_kv_pool_t *p, int32_t *id);
 /* Add a reference to a used block (prefix sharing). */

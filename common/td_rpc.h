@@ -102,4 +102,11 @@ size_t td_rpc_conn_write_queue(const td_rpc_conn_t *c);
 void td_rpc_conn_set_data(td_rpc_conn_t *c, void *data);
 void *td_rpc_conn_get_data(const td_rpc_conn_t *c);
 
+/* The cluster secret every daemon and client needs: `secret` (the option's text) when set, else
+ * the contents of `file` when set, else $CREDENTIALS_DIRECTORY/cluster-secret (systemd's
+ * LoadCredential=) when that exists. Surrounding whitespace is trimmed; fewer than 16 bytes is
+ * refused. On success *out (heap, caller frees) and *len. 0, TD_EAUTH (none configured or too
+ * short, td_err_msg says which), TD_EIO / TD_ENOENT naming the file. */
+int td_rpc_secret_load(const char *secret, const char *file, uint8_t **out, size_t *len);
+
 #endif

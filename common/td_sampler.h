@@ -69,5 +69,10 @@ void td_sampler_free(td_sampler_t *s);
 
 /* Choose the next token from logits[vocab] and say whether the request is finished. */
 void td_sampler_sample(td_sampler_t *s, const float *logits, td_sample_t *out);
+/* Take `token` as the next token sampled elsewhere with the same parameters (a prefill worker
+ * sampled the first token): advance the random stream exactly as td_sampler_sample would have and
+ * return the finish state after it. Continuing with td_sampler_sample then gives the same tokens
+ * as if this sampler had drawn `token` itself. */
+td_finish_t td_sampler_accept(td_sampler_t *s, int32_t token);
 
 #endif
