@@ -18,5 +18,7 @@ int td_cmd_generate(int argc, char **argv);
  * (cmd_tokenize.c). */
 int td_cmd_tokenize(int argc, char **argv);
 int td_cmd_detokenize(int argc, char **argv);
+/* `tandem ctl`: status, drain, generate and batch through a router's RPC (cmd_ctl.c). */
+int td_cmd_ctl(int argc, char **argv);
 
 #endif

@@ -11,6 +11,7 @@ static const td_cli_cmd_t commands[] = {
     {"generate", "generate tokens offline with a model in this process", td_cmd_generate},
     {"tokenize", "print the token ids of a text (tokenizer.json)", td_cmd_tokenize},
     {"detokenize", "print the text of token ids (tokenizer.json)", td_cmd_detokenize},
+    {"ctl", "status, drain, generate through a running cluster's router", td_cmd_ctl},
     {NULL, NULL, NULL},
 };
 

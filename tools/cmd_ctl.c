@@ -1,0 +1,485 @@
+/* cmd_ctl.c: `tandem ctl`: talk to a running cluster through a router's internal RPC
+ * (td_client.h): status, drain / undrain, generate, batch, tokenize. */
+#include "cli.h"
+#include "td_client.h"
+#include "td_error.h"
+#include "td_rpc.h"
+#include "td_util.h"
+
+#include <getopt.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: tandem ctl [--router ADDR] [--secret-file FILE] [--timeout S] COMMAND ...\n"
+            "\n"
+            "ADDR is a router's rpc address (default 127.0.0.1:8100). The cluster secret comes\n"
+            "from --secret-file, else $TANDEM_CLUSTER_SECRET, else\n"
+            "$CREDENTIALS_DIRECTORY/cluster-secret.\n"
+            "\n"
+            "commands:\n"
+            "  status                 workers, their load and heartbeat age\n"
+            "  drain WORKER           the worker takes no new requests; undrain WORKER reverts\n"
+            "  tokenize TEXT          token ids of TEXT (with the model's special tokens)\n"
+            "  generate [options]     stream one completion; options:\n"
+            "      --prompt TEXT | --messages JSON | --prompt-ids 1,2,3\n"
+            "      --max-tokens N  --temperature T  --top-k K  --top-p P  --min-p P  --seed N\n"
+            "      --stop STRING (repeatable)  --stop-ids 1,2  --ignore-eos  --logprobs N\n"
+            "      --ids           print the generated token ids (`output ids: ...`) too\n"
+            "  batch FILE             run every JSON line of FILE ({\"prompt\"|\"prompt_ids\"|\n"
+            "                         \"messages\", \"max_tokens\", \"temperature\", \"top_k\",\n"
+            "                         \"top_p\", \"min_p\", \"seed\", \"stop\", \"ignore_eos\"}) at\n"
+            "                         once; print one JSON line per request, in order\n");
+}
+
+typedef struct ctl {
+    const char *router;
+    const char *secret_file;
+    double timeout;
+    td_client_t *cl;
+} ctl_t;
+
+static int parse_ids(const char *s, int32_t **out, size_t *n)
+{
+    size_t cap = 16;
+    int32_t *v = malloc(cap * sizeof(int32_t));
+    *n = 0;
+    if (!v)
+        return TD_ENOMEM;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long x = strtol(p, &end, 10);
+        if (end == p || x < 0 || x > INT32_MAX) {
+            free(v);
+            return td_err_set(TD_EINVAL, "\"%s\" is not a list of token ids", s);
+        }
+        if (*n == cap) {
+            cap *= 2;
+            int32_t *q = realloc(v, cap * sizeof(int32_t));
+            if (!q) {
+                free(v);
+                return TD_ENOMEM;
+            }
+            v = q;
+        }
+        v[(*n)++] = (int32_t)x;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            free(v);
+            return td_err_set(TD_EINVAL, "\"%s\" is not a list of token ids", s);
+        }
+    }
+    *out = v;
+    return 0;
+}
+
+/* ---- status ---------------------------------------------------------------------------------- */
+
+static const char *role_name(Tandem__Role r)
+{
+    return r == TANDEM__ROLE__ROLE_PREFILL ? "prefill"
+           : r == TANDEM__ROLE__ROLE_DECODE ? "decode"
+                                             : "?";
+}
+
+static int cmd_status(ctl_t *c, const char *drain, bool undrain)
+{
+    Tandem__StatusResponse *st;
+    int rc = td_client_status(c->cl, drain, undrain, c->timeout, &st);
+    if (rc)
+        return rc;
+    printf("router %s  model %s  running %u  waiting %u\n", st->router_id, st->model, st->running,
+           st->waiting);
+    printf("%-24s %-8s %-6s %-9s %8s %8s %12s %9s %9s\n", "WORKER", "ROLE", "ALIVE", "DRAINING",
+           "RUNNING", "WAITING", "FREE_BLOCKS", "ASSIGNED", "HB_AGE_S");
+    for (size_t i = 0; i < st->n_workers; i++) {
+        Tandem__WorkerStatus *w = st->workers[i];
+        Tandem__Load *l = w->load;
+        printf("%-24s %-8s %-6s %-9s %8u %8u %6u/%-5u %9llu %9.2f\n", w->worker_id,
+               role_name(w->role), w->alive ? "yes" : "no", l && l->draining ? "yes" : "no",
+               l ? l->running_sequences : 0, l ? l->waiting_sequences : 0,
+               l ? l->free_blocks : 0, l ? l->total_blocks : 0,
+               (unsigned long long)w->assigned, w->last_heartbeat_age);
+    }
+    tandem__status_response__free_unpacked(st, NULL);
+    return 0;
+}
+
+/* ---- generate -------------------------------------------------------------------------------- */
+
+typedef struct gen_out {
+    td_buf_t text;
+    int32_t *ids;
+    size_t n_ids, cap_ids;
+    Tandem__Finish finish;
+    uint32_t prompt_tokens, completion_tokens, cached_tokens;
+    bool stream; /* print text as it arrives */
+} gen_out_t;
+
+static int on_chunk(const Tandem__TokenChunk *ch, void *ud)
+{
+    gen_out_t *o = ud;
+    if (o->n_ids + ch->n_tokens > o->cap_ids) {
+        size_t cap = TD_MAX(o->cap_ids * 2, o->n_ids + ch->n_tokens + 16);
+        int32_t *p = realloc(o->ids, cap * sizeof(int32_t));
+        if (!p)
+            return 1;
+        o->ids = p;
+        o->cap_ids = cap;
+    }
+    memcpy(o->ids + o->n_ids, ch->tokens, ch->n_tokens * sizeof(int32_t));
+    o->n_ids += ch->n_tokens;
+    if (ch->text.len) {
+        td_buf_append(&o->text, ch->text.data, ch->text.len);
+        if (o->stream) {
+            fwrite(ch->text.data, 1, ch->text.len, stdout);
+            fflush(stdout);
+        }
+    }
+    if (ch->finish != TANDEM__FINISH__FINISH_NONE) {
+        o->finish = ch->finish;
+        o->prompt_tokens = ch->prompt_tokens;
+        o->completion_tokens = ch->completion_tokens;
+        o->cached_tokens = ch->cached_tokens;
+    }
+    return 0;
+}
+
+static const char *finish_name(Tandem__Finish f)
+{
+    return f == TANDEM__FINISH__FINISH_STOP     ? "stop"
+           : f == TANDEM__FINISH__FINISH_LENGTH ? "length"
+           : f == TANDEM__FINISH__FINISH_ABORT  ? "abort"
+                                                : "none";
+}
+
+typedef struct gen_req {
+    Tandem__GenerateRequest r;
+    Tandem__Sampling sp;
+    int32_t *prompt_ids, *stop_ids;
+    char *stop_store[16];
+} gen_req_t;
+
+static void gen_req_init(gen_req_t *g)
+{
+    memset(g, 0, sizeof(*g));
+    tandem__generate_request__init(&g->r);
+    tandem__sampling__init(&g->sp);
+    g->sp.max_tokens = 32;
+    g->sp.top_p = 1;
+    g->sp.logprobs = -1;
+    g->r.sampling = &g->sp;
+    g->r.want_text = true;
+    g->r.stop = g->stop_store;
+}
+
+static void gen_req_free(gen_req_t *g)
+{
+    free(g->prompt_ids);
+    free(g->stop_ids);
+}
+
+static int cmd_generate(ctl_t *c, int argc, char **argv)
+{
+    enum { O_PROMPT = 256, O_MSGS, O_IDS, O_MAX, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_SEED, O_STOP,
+           O_STOPIDS, O_NOEOS, O_LP, O_PRINTIDS };
+    static const struct option opts[] = {{"prompt", required_argument, 0, O_PROMPT},
+                                         {"messages", required_argument, 0, O_MSGS},
+                                         {"prompt-ids", required_argument, 0, O_IDS},
+                                         {"max-tokens", required_argument, 0, O_MAX},
+                                         {"temperature", required_argument, 0, O_TEMP},
+                                         {"top-k", required_argument, 0, O_TOPK},
+                                         {"top-p", required_argument, 0, O_TOPP},
+                                         {"min-p", required_argument, 0, O_MINP},
+                                         {"seed", required_argument, 0, O_SEED},
+                                         {"stop", required_argument, 0, O_STOP},
+                                         {"stop-ids", required_argument, 0, O_STOPIDS},
+                                         {"ignore-eos", no_argument, 0, O_NOEOS},
+                                         {"logprobs", required_argument, 0, O_LP},
+                                         {"ids", no_argument, 0, O_PRINTIDS},
+                                         {0, 0, 0, 0}};
+    gen_req_t g;
+    gen_req_init(&g);
+    bool print_ids = false;
+    int ch, rc = 0;
+    optind = 1;
+    opterr = 0;
+    while (rc == 0 && (ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (ch) {
+        case O_PROMPT:
+            g.r.prompt = optarg;
+            break;
+        case O_MSGS:
+            g.r.messages_json = optarg;
+            break;
+        case O_IDS:
+            rc = parse_ids(optarg, &g.prompt_ids, &g.r.n_tokens);
+            g.r.tokens = g.prompt_ids;
+            break;
+        case O_MAX:
+            g.sp.max_tokens = atoi(optarg);
+            break;
+        case O_TEMP:
+            g.sp.temperature = (float)atof(optarg);
+            break;
+        case O_TOPK:
+            g.sp.top_k = atoi(optarg);
+            break;
+        case O_TOPP:
+            g.sp.top_p = (float)atof(optarg);
+            break;
+        case O_MINP:
+            g.sp.min_p = (float)atof(optarg);
+            break;
+        case O_SEED:
+            g.sp.seed = strtoull(optarg, NULL, 10);
+            break;
+        case O_STOP:
+            if (g.r.n_stop < 16)
+                g.stop_store[g.r.n_stop++] = optarg;
+            break;
+        case O_STOPIDS:
+            rc = parse_ids(optarg, &g.stop_ids, &g.sp.n_stop_ids);
+            g.sp.stop_ids = g.stop_ids;
+            break;
+        case O_NOEOS:
+            g.sp.ignore_eos = true;
+            break;
+        case O_LP:
+            g.sp.logprobs = atoi(optarg);
+            break;
+        case O_PRINTIDS:
+            print_ids = true;
+            break;
+        default:
+            rc = td_err_set(TD_EINVAL, "generate: unknown or incomplete option \"%s\"",
+                            argv[optind - 1]);
+        }
+    }
+    if (!rc && !g.r.prompt && !g.r.messages_json && !g.r.n_tokens)
+        rc = td_err_set(TD_EINVAL, "generate: give --prompt, --messages or --prompt-ids");
+    gen_out_t o = {.stream = true};
+    td_buf_init(&o.text);
+    if (!rc)
+        rc = td_client_generate(c->cl, &g.r, on_chunk, &o, c->timeout);
+    if (!rc) {
+        printf("\n");
+        if (print_ids) {
+            printf("output ids:");
+            for (size_t i = 0; i < o.n_ids; i++)
+                printf("%s%d", i ? "," : " ", o.ids[i]);
+            printf("\n");
+        }
+        printf("finish: %s  prompt_tokens: %u  completion_tokens: %u  cached_tokens: %u\n",
+               finish_name(o.finish), o.prompt_tokens, o.completion_tokens, o.cached_tokens);
+    }
+    td_buf_free(&o.text);
+    free(o.ids);
+    gen_req_free(&g);
+    return rc;
+}
+
+/* ---- batch ----------------------------------------------------------------------------------- */
+
+typedef struct batch_item {
+    gen_req_t g;
+    gen_out_t o;
+    json_object *line; /* owns the strings g points into */
+} batch_item_t;
+
+static int parse_line(json_object *j, batch_item_t *b, size_t lineno)
+{
+    gen_req_t *g = &b->g;
+    json_object *v;
+    if (!json_object_is_type(j, json_type_object))
+        return td_err_set(TD_EINVAL, "line %zu: not a JSON object", lineno);
+    if (json_object_object_get_ex(j, "prompt", &v))
+        g->r.prompt = (char *)json_object_get_string(v);
+    if (json_object_object_get_ex(j, "messages", &v))
+        g->r.messages_json = (char *)json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
+    if (json_object_object_get_ex(j, "prompt_ids", &v)) {
+        if (!json_object_is_type(v, json_type_array))
+            return td_err_set(TD_EINVAL, "line %zu: prompt_ids: not an array", lineno);
+        size_t n = json_object_array_length(v);
+        g->prompt_ids = td_calloc(TD_MAX(n, 1), sizeof(int32_t));
+        if (!g->prompt_ids)
+            return TD_ENOMEM;
+        for (size_t i = 0; i < n; i++)
+            g->prompt_ids[i] = json_object_get_int(json_object_array_get_idx(v, i));
+        g->r.tokens = g->prompt_ids;
+        g->r.n_tokens = n;
+    }
+    if (json_object_object_get_ex(j, "max_tokens", &v))
+        g->sp.max_tokens = json_object_get_int(v);
+    if (json_object_object_get_ex(j, "temperature", &v))
+        g->sp.temperature = (float)json_object_get_double(v);
+    if (json_object_object_get_ex(j, "top_k", &v))
+        g->sp.top_k = json_object_get_int(v);
+    if (json_object_object_get_ex(j, "top_p", &v))
+        g->sp.top_p = (float)json_object_get_double(v);
+    if (json_object_object_get_ex(j, "min_p", &v))
+        g->sp.min_p = (float)json_object_get_double(v);
+    if (json_object_object_get_ex(j, "seed", &v))
+        g->sp.seed = (uint64_t)json_object_get_int64(v);
+    if (json_object_object_get_ex(j, "ignore_eos", &v))
+        g->sp.ignore_eos = json_object_get_boolean(v);
+    if (json_object_object_get_ex(j, "stop", &v) && json_object_is_type(v, json_type_array))
+        for (size_t i = 0; i < json_object_array_length(v) && g->r.n_stop < 16; i++)
+            g->stop_store[g->r.n_stop++] =
+                (char *)json_object_get_string(json_object_array_get_idx(v, i));
+    if (!g->r.prompt && !g->r.messages_json && !g->r.n_tokens)
+        return td_err_set(TD_EINVAL, "line %zu: no prompt, prompt_ids or messages", lineno);
+    return 0;
+}
+
+static int cmd_batch(ctl_t *c, const char *path)
+{
+    char *data;
+    size_t len;
+    int rc = td_file_read_all(path, &data, &len);
+    if (rc)
+        return td_err_set(rc, "%s: %s", path, td_err_msg());
+    size_t n = 0, cap = 64;
+    batch_item_t *items = td_calloc(cap, sizeof(*items));
+    char *save = NULL;
+    for (char *line = strtok_r(data, "\n", &save); line && !rc;
+         line = strtok_r(NULL, "\n", &save)) {
+        if (!*line)
+            continue;
+        if (n == cap) {
+            batch_item_t *p = td_reallocarray(items, cap * 2, sizeof(*items));
+            if (!p) {
+                rc = TD_ENOMEM;
+                break;
+            }
+            items = p;
+            memset(items + cap, 0, cap * sizeof(*items));
+            cap *= 2;
+        }
+        batch_item_t *b = &items[n];
+        gen_req_init(&b->g);
+        td_buf_init(&b->o.text);
+        b->line = json_tokener_parse(line);
+        n++;
+        rc = b->line ? parse_line(b->line, b, n)
+                     : td_err_set(TD_EPARSE, "%s: line %zu is not JSON", path, n);
+    }
+    for (size_t i = 0; i < n && !rc; i++) {
+        items[i].g.r.request_id = i + 1;
+        rc = td_client_generate_start(c->cl, &items[i].g.r, on_chunk, &items[i].o);
+    }
+    if (!rc) {
+        td_client_wait(c->cl, c->timeout);
+        for (size_t i = 0; i < n; i++) {
+            const char *msg;
+            int st = td_client_result(c->cl, i + 1, &msg);
+            json_object *o = json_object_new_object();
+            json_object *ids = json_object_new_array();
+            for (size_t k = 0; k < items[i].o.n_ids; k++)
+                json_object_array_add(ids, json_object_new_int(items[i].o.ids[k]));
+            json_object_object_add(o, "index", json_object_new_int((int)i));
+            json_object_object_add(o, "ids", ids);
+            json_object_object_add(
+                o, "text",
+                json_object_new_string_len(items[i].o.text.data ? items[i].o.text.data : "",
+                                           (int)items[i].o.text.len));
+            json_object_object_add(o, "finish",
+                                   json_object_new_string(finish_name(items[i].o.finish)));
+            json_object_object_add(o, "prompt_tokens",
+                                   json_object_new_int((int)items[i].o.prompt_tokens));
+            json_object_object_add(o, "error", st ? json_object_new_string(msg) : NULL);
+            printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+            json_object_put(o);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        gen_req_free(&items[i].g);
+        td_buf_free(&items[i].o.text);
+        free(items[i].o.ids);
+        json_object_put(items[i].line);
+    }
+    free(items);
+    free(data);
+    return rc;
+}
+
+/* ---- tokenize -------------------------------------------------------------------------------- */
+
+static int cmd_tokenize(ctl_t *c, const char *text)
+{
+    Tandem__TokenizeResponse *r;
+    int rc = td_client_tokenize(c->cl, text, true, NULL, 0, c->timeout, &r);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < r->n_ids; i++)
+        printf("%s%d", i ? "," : "", r->ids[i]);
+    printf("\n");
+    tandem__tokenize_response__free_unpacked(r, NULL);
+    return 0;
+}
+
+int td_cmd_ctl(int argc, char **argv)
+{
+    ctl_t c = {.router = "127.0.0.1:8100", .timeout = 600};
+    int i = 1;
+    for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
+        if (!strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc)
+            break;
+        if (!strcmp(argv[i], "--router"))
+            c.router = argv[++i];
+        else if (!strcmp(argv[i], "--secret-file"))
+            c.secret_file = argv[++i];
+        else if (!strcmp(argv[i], "--timeout"))
+            c.timeout = atof(argv[++i]);
+        else
+            break;
+    }
+    if (i >= argc || !strncmp(argv[i], "--", 2)) {
+        fprintf(stderr, "tandem ctl: %s\n\n", i < argc ? "unknown option" : "no command");
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[i];
+    uint8_t *secret;
+    size_t slen;
+    int rc = td_rpc_secret_load(getenv("TANDEM_CLUSTER_SECRET"), c.secret_file, &secret, &slen);
+    if (!rc) {
+        rc = td_client_open(c.router, secret, slen, "tandem-ctl", TD_MIN(c.timeout, 10.0), &c.cl);
+        free(secret);
+    }
+    if (!rc) {
+        int nargs = argc - i;
+        char **args = argv + i;
+        if (!strcmp(cmd, "status"))
+            rc = cmd_status(&c, NULL, false);
+        else if ((!strcmp(cmd, "drain") || !strcmp(cmd, "undrain")) && nargs == 2)
+            rc = cmd_status(&c, args[1], !strcmp(cmd, "undrain"));
+        else if (!strcmp(cmd, "tokenize") && nargs == 2)
+            rc = cmd_tokenize(&c, args[1]);
+        else if (!strcmp(cmd, "generate"))
+            rc = cmd_generate(&c, nargs, args);
+        else if (!strcmp(cmd, "batch") && nargs == 2)
+            rc = cmd_batch(&c, args[1]);
+        else {
+            td_client_close(c.cl);
+            fprintf(stderr, "tandem ctl: unknown command or wrong arguments: %s\n\n", cmd);
+            usage(stderr);
+            return 2;
+        }
+    }
+    td_client_close(c.cl);
+    if (rc) {
+        fprintf(stderr, "tandem ctl: %s\n", td_err_msg());
+        return 1;
+    }
+    return 0;
+}
