@@ -1650,6 +1650,14 @@ int td_modelgen_write(const td_modelgen_opts_t *o, td_modelgen_info_t *info)
     if (o->shards < 0 || o->shards > 99)
         return td_err_set(TD_EINVAL, "mkmodel: --shards must be 1..99");
     hp_init(&c.hp, o->arch, o->preset);
+    if (o->context < 0 || o->context > (1 << 20))
+        return td_err_set(TD_EINVAL, "mkmodel: --context must be 1..1048576");
+    if (o->context > 0 && is_deepseek(o->arch)) {
+        c.hp.yarn_factor = TD_MAX(1.0, (double)o->context / c.hp.yarn_orig);
+        c.hp.max_pos = o->context;
+    } else if (o->context > 0) {
+        c.hp.max_pos = o->context;
+    }
     c.use_fp8 = o->fp8;
     if (o->tokenizer_dir) {
         err = tok_load(&tok, o->tokenizer_dir);

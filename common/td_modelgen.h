@@ -51,6 +51,8 @@ typedef struct td_modelgen_opts {
     bool gguf;                 /* also write model.gguf (llama, deepseek_v2/v3) */
     td_modelgen_dtype_t gguf_dtype; /* F32, F16 or Q8_0 for matrices (vectors stay F32) */
     const char *out_dir;            /* created if missing (its parent must exist) */
+    int context;                    /* > 0: max_position_embeddings (llama, qwen3; DeepSeek: the
+                                       YaRN factor is scaled to reach it); 0: the preset's */
 } td_modelgen_opts_t;
 
 /* What was written. */

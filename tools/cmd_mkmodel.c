@@ -24,6 +24,7 @@ static void mkmodel_usage(FILE *out)
             "  --dtype T           safetensors dtype: f32 (default) | bf16 | f16\n"
             "  --fp8               DeepSeek: linear weights as F8_E4M3 + 128x128 weight_scale_inv\n"
             "  --shards N          split into N files with model.safetensors.index.json\n"
+            "  --context N         max_position_embeddings (default: the preset's)\n"
             "  --fused-experts     experts as experts.gate_up_proj / experts.down_proj\n"
             "  --tokenizer DIR     copy DIR/tokenizer.json and tokenizer_config.json; the\n"
             "                      vocabulary size becomes the tokenizer's (default: 512 ids,\n"
@@ -44,6 +45,7 @@ int td_cmd_mkmodel(int argc, char **argv)
         O_SHARDS,
         O_FUSED,
         O_TOK,
+        O_CTX,
         O_GGUF
     };
     static const struct option opts[] = {
@@ -56,6 +58,7 @@ int td_cmd_mkmodel(int argc, char **argv)
         {"shards", required_argument, NULL, O_SHARDS},
         {"fused-experts", no_argument, NULL, O_FUSED},
         {"tokenizer", required_argument, NULL, O_TOK},
+        {"context", required_argument, NULL, O_CTX},
         {"gguf", required_argument, NULL, O_GGUF},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -105,6 +108,15 @@ int td_cmd_mkmodel(int argc, char **argv)
         case O_TOK:
             o.tokenizer_dir = optarg;
             break;
+        case O_CTX: {
+            int64_t ctx;
+            if (td_parse_i64(optarg, &ctx) != 0 || ctx < 1 || ctx > (1 << 20))
+                err = td_err_set(TD_EINVAL, "--context: \"%s\" is not a number from 1 to 1048576",
+                                 optarg);
+            else
+                o.context = (int)ctx;
+            break;
+        }
         case O_GGUF:
             o.gguf = true;
             err = td_modelgen_parse_dtype(optarg, &o.gguf_dtype);
