@@ -31,7 +31,9 @@
 #include "td_sampler.h"
 #include "td_util.h"
 
+#include <math.h>
 #include <pthread.h>
+#include <time.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +61,11 @@ typedef struct wk_cfg {
     int64_t max_batch_tokens;
     int64_t prefill_chunk;
     int64_t max_running;
+    char *engine_kind;   /* "cpu" or "sim" */
+    double sim_step_us;  /* sim: fixed cost of a step */
+    double sim_prefill_us; /* sim: per prompt token */
+    double sim_decode_us;  /* sim: per decoding sequence */
+    double sim_ctx_us;     /* sim: per cached token attended to by a decoding sequence */
     double heartbeat_s;
     double drain_timeout_s;
     char *log_level;
@@ -93,6 +100,17 @@ static const td_opt_t wk_opts[] = {
      "largest prefill chunk of one prompt per step", 1, 1 << 20},
     {"engine.max_running", TD_OPT_INT, O(max_running), "256",
      "sequences held at once (running, prefilling and waiting for KV)", 1, 1 << 20},
+    {"engine.kind", TD_OPT_STR, O(engine_kind), "cpu",
+     "cpu: run the model; sim: SIMULATED engine: no model math, each step takes the time of "
+     "the sim.* latency model (batching, KV reservation and transfer stay real)"},
+    {"sim.step_us", TD_OPT_DOUBLE, O(sim_step_us), "2000",
+     "simulated engine: fixed microseconds per step", 0, 1e9},
+    {"sim.prefill_us_per_token", TD_OPT_DOUBLE, O(sim_prefill_us), "50",
+     "simulated engine: microseconds per prompt token in a step", 0, 1e9},
+    {"sim.decode_us_per_seq", TD_OPT_DOUBLE, O(sim_decode_us), "100",
+     "simulated engine: microseconds per decoding sequence in a step", 0, 1e9},
+    {"sim.decode_us_per_ctx_token", TD_OPT_DOUBLE, O(sim_ctx_us), "0.05",
+     "simulated engine: microseconds per cached token a decoding sequence attends to", 0, 1e9},
     {"heartbeat_s", TD_OPT_DOUBLE, O(heartbeat_s), "0.5", "seconds between heartbeats", 0.01, 60},
     {"drain_timeout_s", TD_OPT_DOUBLE, O(drain_timeout_s), "10",
      "on SIGTERM: seconds to finish running requests before canceling them", 0, 3600},
@@ -140,7 +158,8 @@ typedef struct wk_seq {
     int sent;         /* blocks delivered over every push (re-sent ones included) */
     int pushes_out;   /* pushes not completed */
     int push_status;  /* first failure */
-    double t_push0;
+    double t_push0;   /* first push posted */
+    double t_final;   /* last push posted (compute done) */
     uint64_t push_bytes;
     /* decode worker: KV arriving from a prefill worker */
     int kv_recv;  /* blocks arrived */
@@ -168,7 +187,8 @@ struct worker {
     size_t secret_len;
     char model_name[256];
     td_model_t *model;
-    td_engine_t *engine;
+    td_engine_t *engine; /* NULL with the simulated engine */
+    bool sim;
     td_kv_layout_t layout;
     td_kv_pool_t pool;
     td_kvx_t *kvx;
@@ -197,7 +217,7 @@ struct worker {
     double job_s;
     /* metrics */
     td_metric_t *m_running, *m_waiting, *m_kv_usage, *m_prompt, *m_gen, *m_step, *m_xfer_bytes,
-        *m_xfer_s, *m_recv_bytes, *m_req_ok, *m_req_fail;
+        *m_xfer_s, *m_tail_s, *m_recv_bytes, *m_req_ok, *m_req_fail;
 };
 
 static void schedule(worker_t *w);
@@ -494,6 +514,42 @@ static wk_seq_t *seq_new(worker_t *w, wk_router_t *rt, uint64_t req, const int32
 
 /* ---- the compute thread ---------------------------------------------------------------------- */
 
+/* The simulated engine: no model math. The step takes the latency model's time, the sequences
+ * advance as a real step would advance them, and each sampled token is a hash of the request's
+ * seed and position (never EOS, so requests run to max_tokens): deterministic, and cheap enough
+ * that one machine can host dozens of simulated workers. */
+static void sim_step(worker_t *w, td_batch_seq_t *bs, int n)
+{
+    const wk_cfg_t *c = &w->cfg;
+    double us = c->sim_step_us;
+    for (int i = 0; i < n; i++) {
+        if (bs[i].n_tokens > 1 || w->items[i].s->state == S_PREFILL)
+            us += c->sim_prefill_us * bs[i].n_tokens;
+        else
+            us += c->sim_decode_us + c->sim_ctx_us * bs[i].kv->n_tokens;
+    }
+    struct timespec ts = {(time_t)(us / 1e6), (long)(fmod(us, 1e6) * 1e3)};
+    nanosleep(&ts, NULL);
+    int V = w->model->cfg.vocab_size;
+    for (int i = 0; i < n; i++) {
+        wk_item_t *it = &w->items[i];
+        bs[i].kv->n_tokens += bs[i].n_tokens;
+        if (!it->sample)
+            continue;
+        uint64_t x = it->s->smp.p.seed ^ ((uint64_t)it->s->n_toks * 0x9e3779b97f4a7c15ull);
+        x ^= x >> 31;
+        x *= 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 29;
+        int32_t tok = (int32_t)(x % (uint64_t)V);
+        if (tok == w->model->cfg.eos_id)
+            tok = (tok + 1) % V;
+        memset(&it->out, 0, sizeof(it->out));
+        it->out.token = tok;
+        it->out.logprob = -1.0f;
+        it->out.finish = td_sampler_accept(&it->s->smp, tok);
+    }
+}
+
 static void *compute_main(void *arg)
 {
     worker_t *w = arg;
@@ -528,11 +584,14 @@ static void *compute_main(void *arg)
             bs[i].n_tokens = it->n;
             bs[i].logits = it->sample ? w->logits + (size_t)i * V : NULL;
         }
-        if (!rc)
+        if (!rc && w->sim) {
+            sim_step(w, bs, n);
+        } else if (!rc) {
             rc = td_engine_step(w->engine, &w->pool, bs, n);
-        for (int i = 0; i < n && !rc; i++)
-            if (w->items[i].sample)
-                td_sampler_sample(&w->items[i].s->smp, bs[i].logits, &w->items[i].out);
+            for (int i = 0; i < n && !rc; i++)
+                if (w->items[i].sample)
+                    td_sampler_sample(&w->items[i].s->smp, bs[i].logits, &w->items[i].out);
+        }
 
         pthread_mutex_lock(&w->mu);
         w->job_rc = rc;
@@ -645,6 +704,8 @@ static void prefill_done(worker_t *w, wk_seq_t *s)
     else
         td_metric_add(w->m_req_ok, 1);
     td_metric_observe(w->m_xfer_s, d.kv_seconds);
+    if (!s->push_status)
+        td_metric_observe(w->m_tail_s, td_now_s() - s->t_final);
     seq_kill(w, s);
 }
 
@@ -739,6 +800,7 @@ static void prefill_finish(worker_t *w, wk_seq_t *s, const td_sample_t *first)
         s->pushed--;
     note.total_blocks = (uint32_t)(s->sent + (s->n_dst - s->pushed));
     s->state = S_PUSHING;
+    s->t_final = td_now_s();
     int rc = push_blocks(w, s, s->n_dst, &note);
     if (rc)
         seq_fail(w, s, rc, td_err_msg());
@@ -1260,11 +1322,17 @@ static int setup_metrics(worker_t *w)
                                        "Time from a prompt's first KV push to its last "
                                        "acknowledgement.",
                                        NULL, td_buckets_tpot, td_buckets_tpot_n);
+    w->m_tail_s = td_metrics_histogram(m, "kv_handoff_tail_seconds",
+                                       "Time from the end of a prompt's computation to the "
+                                       "acknowledgement of its last KV push (the part of the "
+                                       "handoff that does not overlap compute).",
+                                       NULL, td_buckets_tpot, td_buckets_tpot_n);
     w->m_req_ok = td_metrics_counter(m, "request_success_total", "Requests finished here.",
                                      NULL);
     w->m_req_fail = td_metrics_counter(m, "request_failure_total", "Requests failed here.", NULL);
     if (!w->m_running || !w->m_waiting || !w->m_kv_usage || !w->m_prompt || !w->m_gen ||
-        !w->m_step || !w->m_xfer_bytes || !w->m_recv_bytes || !w->m_xfer_s || !w->m_req_ok ||
+        !w->m_step || !w->m_xfer_bytes || !w->m_recv_bytes || !w->m_xfer_s || !w->m_tail_s ||
+        !w->m_req_ok ||
         !w->m_req_fail)
         return td_err_set(TD_ENOMEM, "out of memory");
     return 0;
@@ -1304,8 +1372,14 @@ static int start(worker_t *w)
         return rc;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     td_engine_opts_t eo = {.n_threads = c->threads > 0 ? (int)c->threads : (int)TD_MAX(cores, 1)};
-    if ((rc = td_engine_create(w->model, &eo, &w->engine)))
+    if (td_str_eq(c->engine_kind, "sim")) {
+        w->sim = true;
+        TD_LOG_W("SIMULATED engine: no model math; step times come from the sim.* options");
+    } else if (!td_str_eq(c->engine_kind, "cpu")) {
+        return td_err_set(TD_EINVAL, "engine.kind: \"%s\" is not cpu or sim", c->engine_kind);
+    } else if ((rc = td_engine_create(w->model, &eo, &w->engine))) {
         return rc;
+    }
     if ((rc = setup_metrics(w)))
         return rc;
     pthread_mutex_init(&w->mu, NULL);
@@ -1408,8 +1482,9 @@ int td_worker_main(Tandem__Role role, int argc, char **argv)
         goto out;
     }
     /* one parseable line for scripts and tests */
-    printf("tandem-%s: id=%s http=127.0.0.1:%d blocks=%d block_bytes=%zu\n", w->role_name,
-           w->cfg.id, td_http_port(w->http), w->pool.n_blocks, w->layout.block_bytes);
+    printf("tandem-%s: id=%s http=127.0.0.1:%d blocks=%d block_bytes=%zu engine=%s\n",
+           w->role_name, w->cfg.id, td_http_port(w->http), w->pool.n_blocks,
+           w->layout.block_bytes, w->sim ? "SIMULATED" : "cpu");
     fflush(stdout);
     td_daemon_ready(w->daemon, "serving");
     TD_LOG_I("%s worker %s ready: model %s, %d KV blocks of %d tokens", w->role_name, w->cfg.id,
