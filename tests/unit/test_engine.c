@@ -352,6 +352,25 @@ START_TEST(test_kv_layout)
     td_batch_seq_t b2 = {&q2, prompt, 2, NULL};
     ck_assert_int_eq(td_engine_step(e, &p2, &b2, 1), TD_EMISMATCH);
     td_kv_pool_free(&p2);
+    /* a pool over borrowed memory (the data plane's registered pool): the engine writes there,
+     * and freeing the pool leaves the memory to its owner (ASan would see a double free) */
+    uint8_t *mem = aligned_alloc(64, 3 * b.block_bytes);
+    memset(mem, 0xAB, 3 * b.block_bytes);
+    td_kv_pool_t pb;
+    ck_assert_int_eq(td_kv_pool_init_mem(&pb, &b, 3, mem + 8), TD_EINVAL);
+    ck_assert_int_eq(td_kv_pool_init_mem(&pb, &b, 3, mem), 0);
+    ck_assert_ptr_eq(td_kv_block_data(&pb, 0), mem);
+    td_kv_seq_t q3;
+    td_kv_seq_init(&q3);
+    td_batch_seq_t b3 = {&q3, prompt, NP, NULL};
+    ck_assert_int_eq(td_engine_step(e, &pb, &b3, 1), 0);
+    const uint8_t *slot = (const uint8_t *)td_kv_slot(&pb, q3.blocks[0], 0, 0);
+    ck_assert(slot >= mem && slot < mem + 3 * b.block_bytes);
+    ck_assert(slot[0] != 0xAB || slot[1] != 0xAB || slot[2] != 0xAB || slot[3] != 0xAB);
+    td_kv_seq_release(&pb, &q3);
+    td_kv_pool_free(&pb);
+    ck_assert_int_eq(mem[3 * b.block_bytes - 1], 0xAB);
+    free(mem);
     td_kv_seq_release(&p, &q);
     td_kv_pool_free(&p);
     td_engine_free(e);

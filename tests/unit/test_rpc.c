@@ -380,6 +380,46 @@ START_TEST(test_reconnect_backoff)
 }
 END_TEST
 
+/* The cluster secret: option text first, then the file, then systemd's credential; whitespace
+ * trimmed; short or missing secrets refused with a message naming where it looked. */
+START_TEST(test_secret_load)
+{
+    char dir[] = "/tmp/td-secret-XXXXXX", path[256], cred[256];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/secret", dir);
+    FILE *f = fopen(path, "w");
+    fputs("  0123456789abcdef0123\n", f);
+    fclose(f);
+    uint8_t *s;
+    size_t n;
+    unsetenv("CREDENTIALS_DIRECTORY");
+    ck_assert_int_eq(td_rpc_secret_load(NULL, path, &s, &n), 0);
+    ck_assert_uint_eq(n, 20);
+    ck_assert(memcmp(s, "0123456789abcdef0123", 20) == 0);
+    free(s);
+    ck_assert_int_eq(td_rpc_secret_load("from-the-option-text", path, &s, &n), 0);
+    ck_assert(n == 20 && memcmp(s, "from-the-option-text", 20) == 0);
+    free(s);
+    ck_assert_int_eq(td_rpc_secret_load("short", NULL, &s, &n), TD_EAUTH);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "at least 16"));
+    ck_assert_int_eq(td_rpc_secret_load(NULL, NULL, &s, &n), TD_EAUTH);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "cluster.secret_file"));
+    snprintf(cred, sizeof(cred), "%s/missing", dir);
+    ck_assert_int_eq(td_rpc_secret_load(NULL, cred, &s, &n), TD_ENOENT);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), cred));
+    /* systemd LoadCredential=cluster-secret */
+    snprintf(cred, sizeof(cred), "%s/cluster-secret", dir);
+    ck_assert_int_eq(rename(path, cred), 0);
+    setenv("CREDENTIALS_DIRECTORY", dir, 1);
+    ck_assert_int_eq(td_rpc_secret_load(NULL, NULL, &s, &n), 0);
+    ck_assert_uint_eq(n, 20);
+    free(s);
+    unsetenv("CREDENTIALS_DIRECTORY");
+    unlink(cred);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("rpc");
@@ -392,6 +432,7 @@ int main(void)
     tcase_add_test(tc, test_bad_peers_do_not_disturb_others);
     tcase_add_test(tc, test_bad_peer_statuses);
     tcase_add_test(tc, test_reconnect_backoff);
+    tcase_add_test(tc, test_secret_load);
     suite_add_tcase(su, tc);
     return td_check_run(su);
 }
