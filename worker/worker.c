@@ -180,6 +180,7 @@ typedef struct wk_item {
 struct worker {
     Tandem__Role role;
     const char *role_name;
+    const char *env_prefix; /* TANDEM_PREFILL or TANDEM_DECODE: one environment, several daemons */
     wk_cfg_t cfg;
     uv_loop_t *loop;
     td_daemon_t *daemon;
@@ -1277,14 +1278,13 @@ static void usage(const worker_t *w, FILE *out)
     fprintf(out,
             "usage: tandem-%s --model DIR [--config FILE] [--section.key=value ...]\n\n"
             "The %s worker of a tandem cluster: registers with every router in `routers`,\n"
-            "takes %s and serves /metrics and /health on http.listen.\n"
-            "Options (INI file, then environment TANDEM_<SECTION>_<KEY>, then flags):\n\n",
+            "takes %s.\nIt serves /metrics and /health on http.listen.\n\n",
             w->role_name, w->role_name,
             w->role == TANDEM__ROLE__ROLE_PREFILL
                 ? "prefill tasks and pushes each prompt's KV into a decode worker's pool"
                 : "decode tasks, receives KV from prefill workers (or prefills locally) and\n"
                   "streams tokens back");
-    td_config_print_help(out, wk_opts, TD_ARRAY_LEN(wk_opts), "TANDEM");
+    td_config_print_help(out, wk_opts, TD_ARRAY_LEN(wk_opts), w->env_prefix);
 }
 
 static int setup_metrics(worker_t *w)
@@ -1436,6 +1436,7 @@ int td_worker_main(Tandem__Role role, int argc, char **argv)
         return 1;
     w->role = role;
     w->role_name = role == TANDEM__ROLE__ROLE_PREFILL ? "prefill" : "decode";
+    w->env_prefix = role == TANDEM__ROLE__ROLE_PREFILL ? "TANDEM_PREFILL" : "TANDEM_DECODE";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(w, stdout);
@@ -1448,7 +1449,7 @@ int td_worker_main(Tandem__Role role, int argc, char **argv)
             return 0;
         }
     }
-    int rc = td_config_load(wk_opts, TD_ARRAY_LEN(wk_opts), &w->cfg, NULL, "TANDEM", argc, argv,
+    int rc = td_config_load(wk_opts, TD_ARRAY_LEN(wk_opts), &w->cfg, NULL, w->env_prefix, argc, argv,
                             NULL, 0, NULL);
     td_log_level_t lvl = TD_LOG_INFO;
     td_log_format_t fmt = TD_LOG_LOGFMT;
