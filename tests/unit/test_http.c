@@ -264,6 +264,147 @@ START_TEST(test_cancel_and_garbage)
 }
 END_TEST
 
+/* Read whatever arrives on fd until the peer closes (or the 5 s receive timeout). */
+static char *read_all(int fd)
+{
+    td_buf_t b;
+    td_buf_init(&b);
+    char tmp[4096];
+    ssize_t n;
+    while ((n = read(fd, tmp, sizeof(tmp))) > 0)
+        td_buf_append(&b, tmp, (size_t)n);
+    return td_buf_steal(&b, NULL);
+}
+
+static void assert_health_ok(void)
+{
+    char *r = get("/health");
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 200 OK\r\n") && td_str_endswith(r, "\r\n\r\nok\n"),
+                  "GET /health after a bad request: %s", r);
+    free(r);
+}
+
+START_TEST(test_oversize_body_then_next)
+{
+    /* a sized body over max_body (1024) on a keep-alive connection, with a request pipelined
+     * behind it: 413, the connection closes (the body was never read), nothing else answered */
+    td_buf_t b;
+    td_buf_init(&b);
+    td_buf_printf(&b, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1025\r\n\r\n");
+    for (int i = 0; i < 1025; i++)
+        td_buf_append_char(&b, 'a');
+    td_buf_printf(&b, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    char *r = roundtrip(b.data, b.len);
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 413 "), "%s", r);
+    ck_assert_ptr_null(strstr(r + 1, "HTTP/1.1 "));
+    free(r);
+    assert_health_ok();
+    /* a chunked body that grows past max_body: 413 too */
+    td_buf_reset(&b);
+    td_buf_printf(&b, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+    for (int c = 0; c < 3; c++) {
+        td_buf_printf(&b, "200\r\n");
+        for (int i = 0; i < 0x200; i++)
+            td_buf_append_char(&b, 'b');
+        td_buf_printf(&b, "\r\n");
+    }
+    td_buf_printf(&b, "0\r\n\r\n");
+    r = roundtrip(b.data, b.len);
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 413 "), "%s", r);
+    free(r);
+    assert_health_ok();
+    /* exactly max_body is accepted, and the keep-alive connection serves the next request */
+    td_buf_reset(&b);
+    td_buf_printf(&b, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1024\r\n\r\n");
+    for (int i = 0; i < 1024; i++)
+        td_buf_append_char(&b, 'c');
+    td_buf_printf(&b, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    r = roundtrip(b.data, b.len);
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 200 OK\r\n"), "%s", r);
+    const char *second = strstr(r + 1, "HTTP/1.1 200 OK\r\n");
+    ck_assert_ptr_nonnull(second);
+    ck_assert(td_str_endswith(second, "\r\n\r\nok\n"));
+    free(r);
+    /* a content-length that does not fit in 64 bits, and a negative one: refused */
+    const char *huge =
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999999\r\n"
+        "\r\nabc";
+    r = roundtrip(huge, strlen(huge));
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 400 ") || td_str_startswith(r, "HTTP/1.1 413 "),
+                  "%s", r);
+    free(r);
+    const char *neg = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\nabc";
+    r = roundtrip(neg, strlen(neg));
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 400 "), "%s", r);
+    free(r);
+    td_buf_free(&b);
+    assert_health_ok();
+}
+END_TEST
+
+START_TEST(test_invalid_request_lines)
+{
+    static const char *const bad[] = {
+        "GET\r\n\r\n",
+        "GET /health\r\n\r\n",          /* HTTP/0.9 */
+        "GET /health HTTP/2.0\r\n\r\n", /* not HTTP/1.x */
+        "GET /health FTP/1.1\r\n\r\n",
+        "GET /hea lth HTTP/1.1 x\r\n\r\n",
+        "G\x01T /health HTTP/1.1\r\n\r\n",        /* control byte in the method */
+        "GET /health HTTP/1.1\r\nHost x\r\n\r\n", /* header without a colon */
+        "GET /health HTTP/1.1\r\n: empty-name\r\n\r\n",
+        "\xff\xfe\xfd\xfc\r\n\r\n",
+    };
+    for (size_t i = 0; i < TD_ARRAY_LEN(bad); i++) {
+        char *r = roundtrip(bad[i], strlen(bad[i]));
+        ck_assert_msg(*r == '\0' || td_str_startswith(r, "HTTP/1.1 400 "), "case %zu: %s", i, r);
+        free(r);
+    }
+    /* h2o lets a NUL through in the target: it must not be cut there and routed to /health */
+    const char nul[] = "GET /health\x00x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    char *r = roundtrip(nul, sizeof(nul) - 1);
+    ck_assert_msg(*r == '\0' || td_str_startswith(r, "HTTP/1.1 400 ") ||
+                      td_str_startswith(r, "HTTP/1.1 404 "),
+                  "%s", r);
+    free(r);
+    assert_health_ok();
+}
+END_TEST
+
+START_TEST(test_slowloris)
+{
+    /* clients that send part of a header block and stall must not hold up anyone else */
+    enum { N_SLOW = 16 };
+    int slow[N_SLOW];
+    const char part[] = "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    for (int i = 0; i < N_SLOW; i++) {
+        slow[i] = dial();
+        ck_assert_int_eq(write(slow[i], part, sizeof(part) - 1), (ssize_t)sizeof(part) - 1);
+    }
+    double t0 = td_now_s();
+    for (int i = 0; i < 5; i++)
+        assert_health_ok();
+    /* a fresh POST with a body is served too */
+    const char post[] = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: "
+                        "close\r\n\r\nhi";
+    char *r = roundtrip(post, sizeof(post) - 1);
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 200 OK\r\n") && td_str_endswith(r, "\r\n\r\nhi"),
+                  "%s", r);
+    free(r);
+    ck_assert_double_lt(td_now_s() - t0, 3.0); /* each ~1 ms; 3 s only absorbs a loaded host */
+    /* the stalled requests were kept, not dropped: finishing them gets them answered */
+    const char rest[] = "1\r\nConnection: close\r\n\r\n";
+    for (int i = 0; i < N_SLOW; i++) {
+        ck_assert_int_eq(write(slow[i], rest, sizeof(rest) - 1), (ssize_t)sizeof(rest) - 1);
+        r = read_all(slow[i]);
+        ck_assert_msg(td_str_startswith(r, "HTTP/1.1 200 OK\r\n") && td_str_endswith(r, "ok\n"),
+                      "slow client %d: %s", i, r);
+        free(r);
+        close(slow[i]);
+    }
+}
+END_TEST
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* as every daemon does (td_daemon_start) */
@@ -275,6 +416,9 @@ int main(void)
     tcase_add_test(tc, test_body_and_headers);
     tcase_add_test(tc, test_stream);
     tcase_add_test(tc, test_cancel_and_garbage);
+    tcase_add_test(tc, test_oversize_body_then_next);
+    tcase_add_test(tc, test_invalid_request_lines);
+    tcase_add_test(tc, test_slowloris);
     suite_add_tcase(s, tc);
     return td_check_run(s);
 }
