@@ -33,7 +33,7 @@ def ttft(cl, prompt):
     """Seconds to the first streamed chunk of a one-token completion."""
     host, port = cl.http.split("//")[1].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=600)
-    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": 1, "temperature": 0,
+    body = json.dumps({"prompt": prompt, "max_tokens": 1, "temperature": 0,
                        "stream": True})
     t0 = time.perf_counter()
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})

