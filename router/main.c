@@ -255,7 +255,7 @@ static void usage(FILE *out)
                  "registry.\nOn start it prints one line:\n"
                  "  tandem-router: http=HOST:PORT rpc=HOST:PORT cluster=HOST:PORT\n\n"
                  "\n");
-    td_config_print_help(out, opts, N_OPTS, "TANDEM");
+    td_config_print_help(out, opts, N_OPTS, "TANDEM_ROUTER");
 }
 
 /* "host:port" with the bound port (for the start line). */
@@ -290,7 +290,7 @@ int main(int argc, char **argv)
     td_router_t *rt = &router;
     int code = 1;
     td_log_init("router", TD_LOG_INFO, TD_LOG_LOGFMT, 2);
-    int rc = td_config_load(opts, N_OPTS, &rt->cfg, NULL, "TANDEM", argc, argv, NULL, 0, NULL);
+    int rc = td_config_load(opts, N_OPTS, &rt->cfg, NULL, "TANDEM_ROUTER", argc, argv, NULL, 0, NULL);
     if (rc) {
         fprintf(stderr, "tandem-router: %s\n(--help lists the options)\n", td_err_msg());
         goto out_cfg;
