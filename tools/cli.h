@@ -21,4 +21,7 @@ int td_cmd_detokenize(int argc, char **argv);
 /* `tandem ctl`: status, drain, generate and batch through a router's RPC (cmd_ctl.c). */
 int td_cmd_ctl(int argc, char **argv);
 
+/* `tandem bench`: the load generator (bench/bench_main.c). */
+int td_cmd_bench(int argc, char **argv);
+
 #endif

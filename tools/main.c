@@ -9,6 +9,7 @@
 static const td_cli_cmd_t commands[] = {
     {"mkmodel", "write a deterministic random-weight test model", td_cmd_mkmodel},
     {"generate", "generate tokens offline with a model in this process", td_cmd_generate},
+    {"bench", "open-loop load test of an OpenAI-compatible server (vLLM's metrics)", td_cmd_bench},
     {"tokenize", "print the token ids of a text (tokenizer.json)", td_cmd_tokenize},
     {"detokenize", "print the text of token ids (tokenizer.json)", td_cmd_detokenize},
     {"ctl", "status, drain, generate through a running cluster's router", td_cmd_ctl},
