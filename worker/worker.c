@@ -215,6 +215,9 @@ struct worker {
     float *logits; /* [cap_items][vocab] */
     int job_rc;
     char job_err[256];
+    int job_prefill_tokens; /* the step in flight: prompt tokens, decodes, their context tokens */
+    int job_decodes;
+    int64_t job_ctx;
     double job_s;
     /* metrics */
     td_metric_t *m_running, *m_waiting, *m_kv_usage, *m_prompt, *m_gen, *m_step, *m_xfer_bytes,
@@ -669,8 +672,18 @@ static void schedule(worker_t *w)
     }
     if (n == 0)
         return;
-    for (int i = 0; i < n; i++)
-        w->items[i].s->in_step = true;
+    w->job_prefill_tokens = w->job_decodes = 0;
+    w->job_ctx = 0;
+    for (int i = 0; i < n; i++) {
+        wk_item_t *it = &w->items[i];
+        it->s->in_step = true;
+        if (it->s->state == S_RUN) {
+            w->job_decodes++;
+            w->job_ctx += it->s->kv.n_tokens;
+        } else {
+            w->job_prefill_tokens += it->n;
+        }
+    }
     pthread_mutex_lock(&w->mu);
     w->n_items = n;
     w->job_posted = true;
@@ -933,6 +946,9 @@ static void on_step_done(uv_async_t *a)
         return;
     int n = w->n_items;
     td_metric_observe(w->m_step, dt);
+    /* one line per step at debug level: what bench/calibrate_sim.py fits the sim.* model to */
+    td_logf(TD_LOG_DEBUG, NULL, "step prefill_tokens=%d decodes=%d ctx_tokens=%lld seconds=%.6f",
+            w->job_prefill_tokens, w->job_decodes, (long long)w->job_ctx, dt);
     for (int i = 0; i < n; i++) {
         wk_item_t *it = &w->items[i];
         wk_seq_t *s = it->s;

@@ -14,6 +14,8 @@ Usage: cluster_test.py BUILD_DIR SCENARIO ARCH [MODEL_DIR]
   malformed         bad HTTP, JSON, oversize bodies, over-long prompts, bad frames and a worker
                     with the wrong secret get 4xx / refusals while the cluster keeps serving
   clients           the official openai and @anthropic-ai/sdk npm clients and curl
+  bench             tandem bench over HTTP and over the internal RPC: every request completes,
+                    greedy texts agree, the client's mean TTFT agrees with the router's histogram
   shutdown          SIGTERM with requests in flight: every daemon exits 0, no request hangs
 
 ARCH is deepseek_v3 or llama: MODEL_DIR (written by make_model.py), else mkmodel's tiny preset
@@ -363,6 +365,61 @@ def scenario_clients(build):
     print("OK: official clients and curl")
 
 
+def run_bench(build, cl, model, backend, url, out, extra=()):
+    argv = [os.path.join(build, "tools", "tandem"), "bench", "--base-url", url, "--backend",
+            backend, "--model", os.path.basename(model), "--tokenizer", model,
+            "--random-input-len", "40", "--random-output-len", "12", "--random-range-ratio", "0.5",
+            "--ignore-eos", "--num-prompts", "24", "--request-rate", "inf", "--seed", "7",
+            "--save-detailed", "--result-file", out, "--no-progress"] + list(extra)
+    if backend.startswith("rpc"):
+        argv += ["--secret-file", cl.secret_file]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, "tandem bench --backend %s failed:\n%s" % (backend, r.stderr))
+    with open(out) as f:
+        return json.load(f)
+
+
+def scenario_bench(build):
+    """tandem bench against the real cluster over HTTP and over the internal RPC: every request
+    completes, greedy texts agree between the two front ends, and the client's TTFT agrees with
+    the router's own histogram within its bucket resolution."""
+    model, cfg = make_model(build, "deepseek_v3")
+    cl = C.Cluster(build, model, n_prefill=1, n_decode=1,
+                   router_args=["--placement.local_prefill_tokens", "0"])
+    try:
+        d = tempfile.mkdtemp(prefix="tandem-bench-")
+        http = run_bench(build, cl, model, "openai", cl.http, os.path.join(d, "http.json"),
+                         ["--scrape-metrics"])
+        rpc = run_bench(build, cl, model, "rpc", "tcp://" + cl.rpc, os.path.join(d, "rpc.json"))
+        for name, res in (("http", http), ("rpc", rpc)):
+            check(res["completed"] == 24 and res.get("failed", 0) == 0,
+                  "%s: %s completed" % (name, res["completed"]))
+            check(all(n >= 6 for n in res["output_lens"]), "%s: output lengths %s" %
+                  (name, res["output_lens"]))
+            print("%-4s completed %d, mean TTFT %.2f ms, mean TPOT %.2f ms, output %d tokens" %
+                  (name, res["completed"], res["mean_ttft_ms"], res["mean_tpot_ms"],
+                   res["total_output_tokens"]))
+        check(http["generated_texts"] == rpc["generated_texts"],
+              "greedy texts differ between HTTP and RPC")
+        check(http["total_output_tokens"] == rpc["total_output_tokens"],
+              "output tokens differ: %d over HTTP, %d over RPC" %
+              (http["total_output_tokens"], rpc["total_output_tokens"]))
+        # the router's time_to_first_token_seconds histogram for the same requests
+        srv = http.get("server_metrics") or {}
+        print("server view:", {k: v for k, v in srv.items() if "ttft" in k.lower()})
+        check(srv.get("ttft_count") == 24, "the router counted %s first tokens, not 24" %
+              srv.get("ttft_count"))
+        client, server = http["mean_ttft_ms"], srv["mean_ttft_ms"]
+        # the server's mean is exact (histogram sum / count); the client's adds the HTTP hop
+        check(abs(client - server) <= max(10.0, 0.1 * server),
+              "client mean TTFT %.2f ms vs the router's %.2f ms" % (client, server))
+        print("mean TTFT: client %.2f ms, router's histogram %.2f ms" % (client, server))
+        cl.stop()
+    finally:
+        C._kill_all()
+    print("OK: tandem bench over HTTP and RPC against the cluster")
+
+
 def scenario_shutdown(build):
     model, cfg = make_model(build, "deepseek_v3")
     cl = C.Cluster(build, model, n_prefill=1, n_decode=1)
@@ -400,6 +457,8 @@ def main():
         scenario_clients(build)
     elif scen == "shutdown":
         scenario_shutdown(build)
+    elif scen == "bench":
+        scenario_bench(build)
     else:
         fail("unknown scenario " + scen)
 

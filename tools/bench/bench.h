@@ -145,6 +145,9 @@ void td_bench_result_free(td_bench_result_t *r);
 void td_bench_result_fail(td_bench_result_t *r, td_bench_err_t kind, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Append one inter-token latency (seconds). 0 or TD_ENOMEM. */
+int td_bench_result_add_itl(td_bench_result_t *r, double v);
+
 /* ---- SSE and response JSON scanning (sse.c): no allocation ---- */
 
 /* What one `data:` payload (a chat or completions chunk, or a whole non-streamed body) says. */
@@ -186,6 +189,8 @@ typedef struct td_bench_target {
     bool chat;           /* chat completions body and SSE deltas */
     bool app_timestamps; /* stamp chunks when the loop reads them (as vLLM's client does)
                             instead of when the kernel received them (SO_TIMESTAMPING) */
+    const uint8_t *secret; /* rpc backend: the cluster secret, secret_len bytes */
+    size_t secret_len;
 } td_bench_target_t;
 
 /* Called once per submitted request when it is over (success or failure); `r` is the result
@@ -207,6 +212,9 @@ typedef struct td_bench_backend {
 } td_bench_backend_t;
 
 extern const td_bench_backend_t td_bench_backend_http;
+/* The router's internal RPC (rpc.c): GenerateRequest frames over one authenticated connection,
+ * TokenChunk frames timed as they are read (one frame per token: TTFT, ITL, E2EL as for SSE). */
+extern const td_bench_backend_t td_bench_backend_rpc;
 
 /* Append the OpenAI request body for `req` (completions or chat) to `out`. 0 or TD_ENOMEM. */
 int td_bench_http_body(const td_bench_request_t *req, bool chat, td_buf_t *out);

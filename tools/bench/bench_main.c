@@ -3,6 +3,7 @@
 #include "../cli.h"
 #include "bench.h"
 #include "td_error.h"
+#include "td_rpc.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -34,6 +35,8 @@ typedef struct opts {
     bool have_slo;
     const char *result_file, *html_file;
     td_bench_workload_opts_t wl;
+    bool rpc;                /* --backend rpc / rpc-chat: the router's internal RPC */
+    const char *secret_file; /* rpc: the cluster secret */
 } opts_t;
 
 /* The state of one phase (warm-up or a measured run). */
@@ -298,7 +301,9 @@ static void usage(FILE *f)
             "target\n"
             "  --base-url URL            http://HOST:PORT (default http://127.0.0.1:8000)\n"
             "  --endpoint PATH           /v1/completions (default) or /v1/chat/completions\n"
-            "  --backend B               openai (default), openai-chat, rpc (not available yet)\n"
+            "  --backend B               openai (default), openai-chat, rpc, rpc-chat (the\n"
+            "                            router's internal RPC: --base-url tcp://HOST:RPC_PORT)\n"
+            "  --secret-file FILE        rpc: the cluster secret (default $TANDEM_CLUSTER_SECRET)\n"
             "  --model NAME              the request's \"model\" (default \"default\")\n"
             "  --api-key KEY             Authorization: Bearer KEY (default $OPENAI_API_KEY)\n"
             "  --no-stream               ask for whole responses instead of SSE\n"
@@ -403,8 +408,10 @@ static int parse_url(const char *url, opts_t *o, char *host, size_t hn)
     const char *p = url;
     if (td_str_startswith(p, "http://"))
         p += 7;
+    else if (td_str_startswith(p, "tcp://")) /* the rpc backend's address */
+        p += 6;
     else if (strstr(p, "://"))
-        return td_err_set(TD_EINVAL, "--base-url: only http:// is supported (\"%s\")", url);
+        return td_err_set(TD_EINVAL, "--base-url: only http:// (and tcp:// for rpc) is supported (\"%s\")", url);
     const char *colon = strrchr(p, ':'), *slash = strchr(p, '/');
     size_t len = slash ? (size_t)(slash - p) : strlen(p);
     int port = 80;
@@ -436,6 +443,7 @@ enum {
     O_BACKEND,
     O_MODEL,
     O_KEY,
+    O_SECRET,
     O_NOSTREAM,
     O_TIMEOUT,
     O_NUM,
@@ -479,6 +487,7 @@ static int parse_opts(int argc, char **argv, opts_t *o, char *host, size_t hn, b
                                        {"backend", 1, 0, O_BACKEND},
                                        {"model", 1, 0, O_MODEL},
                                        {"api-key", 1, 0, O_KEY},
+                                       {"secret-file", 1, 0, O_SECRET},
                                        {"no-stream", 0, 0, O_NOSTREAM},
                                        {"timeout", 1, 0, O_TIMEOUT},
                                        {"num-prompts", 1, 0, O_NUM},
@@ -530,12 +539,15 @@ static int parse_opts(int argc, char **argv, opts_t *o, char *host, size_t hn, b
                 o->chat = false;
             else if (strcmp(optarg, "openai-chat") == 0)
                 o->chat = true;
-            else if (strcmp(optarg, "rpc") == 0)
-                rc = td_err_set(TD_ENOTSUP,
-                                "--backend rpc: the internal RPC target needs the control-plane "
-                                "client library, which is not built yet; use the HTTP API");
-            else
-                rc = td_err_set(TD_EINVAL, "--backend: \"%s\" (openai, openai-chat, rpc)", optarg);
+            else if (strcmp(optarg, "rpc") == 0 || strcmp(optarg, "rpc-chat") == 0) {
+                o->rpc = true;
+                o->chat = strcmp(optarg, "rpc-chat") == 0;
+            } else
+                rc = td_err_set(TD_EINVAL,
+                                "--backend: \"%s\" (openai, openai-chat, rpc, rpc-chat)", optarg);
+            break;
+        case O_SECRET:
+            o->secret_file = optarg;
             break;
         case O_MODEL:
             o->model = optarg;
@@ -723,6 +735,8 @@ static void raise_nofile(void)
 int td_cmd_bench(int argc, char **argv)
 {
     char host[256];
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
     opts_t o = {.host = "127.0.0.1",
                 .port = 8000,
                 .model = "default",
@@ -797,8 +811,15 @@ int td_cmd_bench(int argc, char **argv)
                 wl.sharegpt_seen, wl.sharegpt_kept);
     td_bench_target_t tgt = {o.host,      o.port, o.endpoint,      o.api_key,
                              o.timeout_s, o.chat, o.app_timestamps};
-    const td_bench_backend_t *be = &td_bench_backend_http;
-    const char *backend = o.chat ? "openai-chat" : "openai";
+    if (o.rpc && td_rpc_secret_load(getenv("TANDEM_CLUSTER_SECRET"), o.secret_file, &secret,
+                                    &secret_len) != 0) {
+        fprintf(stderr, "tandem bench: --backend rpc: %s\n", td_err_msg());
+        goto out;
+    }
+    tgt.secret = secret;
+    tgt.secret_len = secret_len;
+    const td_bench_backend_t *be = o.rpc ? &td_bench_backend_rpc : &td_bench_backend_http;
+    const char *backend = o.rpc ? (o.chat ? "rpc-chat" : "rpc") : o.chat ? "openai-chat" : "openai";
 
     for (size_t ri = 0; ri < o.n_rates; ri++) {
         double rate = o.rates[ri];
@@ -959,6 +980,7 @@ out:
     free(runs);
     td_bench_workload_free(&wl);
     td_tokenizer_free(tok);
+    free(secret);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     return status;

@@ -132,7 +132,7 @@ void td_bench_result_fail(td_bench_result_t *r, td_bench_err_t kind, const char 
     r->error = td_strdup(msg);
 }
 
-static int itl_push(td_bench_result_t *r, double v)
+int td_bench_result_add_itl(td_bench_result_t *r, double v)
 {
     if (r->n_itl == r->cap_itl) {
         size_t cap = r->cap_itl ? r->cap_itl * 2 : 64;
@@ -378,7 +378,7 @@ static bool sse_line(conn_t *c, const char *p, size_t n, uint64_t now)
         if (!c->first) {
             c->first = true;
             r->ttft = (double)(now - c->send_ns) * 1e-9;
-        } else if (itl_push(r, (double)(now - c->last_ns) * 1e-9) != 0) {
+        } else if (td_bench_result_add_itl(r, (double)(now - c->last_ns) * 1e-9) != 0) {
             fail(c, TD_BENCH_ERR_STREAM, "out of memory");
             return false;
         }
