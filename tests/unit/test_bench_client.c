@@ -472,8 +472,14 @@ START_TEST(test_cli_end_to_end)
               json_object_get_int(v) == 6 * 25);
     json_object_put(o);
     /* bad flags: a clear message and exit status 2 */
-    snprintf(cmd, sizeof(cmd), "%s bench --backend rpc > %s/err.txt 2>&1", tandem, dir);
+    snprintf(cmd, sizeof(cmd), "%s bench --backend nope > %s/err.txt 2>&1", tandem, dir);
     ck_assert_int_eq(run_cmd(cmd), 2);
+    /* the rpc backend without a cluster secret: a runtime error naming what is missing */
+    snprintf(cmd, sizeof(cmd),
+             "env -u TANDEM_CLUSTER_SECRET -u CREDENTIALS_DIRECTORY %s bench --backend rpc "
+             "--base-url tcp://127.0.0.1:1 --num-prompts 1 > %s/err.txt 2>&1",
+             tandem, dir);
+    ck_assert_int_eq(run_cmd(cmd), 1);
     snprintf(cmd, sizeof(cmd), "%s bench --request-rate 0 > %s/err.txt 2>&1", tandem, dir);
     ck_assert_int_eq(run_cmd(cmd), 2);
     snprintf(cmd, sizeof(cmd), "%s bench --goodput ttft > %s/err.txt 2>&1", tandem, dir);
