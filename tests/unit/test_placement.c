@@ -117,6 +117,34 @@ START_TEST(test_p2c_balances)
 }
 END_TEST
 
+/* least_loaded among equals: idle workers take turns (a cluster at low load must not send every
+ * request to the lowest-numbered worker); a strictly less loaded worker still wins at once. */
+START_TEST(test_least_loaded_ties_rotate)
+{
+    enum { N = 8, ROUNDS = 80 };
+    td_place_load_t l[N];
+    fleet(l, N);
+    td_placer_t p;
+    td_placer_init(&p, TD_PLACE_LEAST_LOADED, NULL, 1);
+    int count[N] = {0};
+    for (int r = 0; r < ROUNDS; r++) {
+        int i = td_place_decode(&p, l, N, 1);
+        ck_assert_int_ge(i, 0);
+        count[i]++;
+        /* the request finishes before the next arrives: every worker idle again */
+        for (int k = 0; k < N; k++)
+            td_place_heartbeat(&l[k], 0, 0, 100, 100, false);
+    }
+    for (int k = 0; k < N; k++)
+        ck_assert_int_eq(count[k], ROUNDS / N);
+    td_place_heartbeat(&l[5], 0, 0, 100, 100, false);
+    for (int k = 0; k < N; k++)
+        if (k != 5)
+            td_place_heartbeat(&l[k], 0, 1, 90, 100, false);
+    ck_assert_int_eq(td_place_decode(&p, l, N, 1), 5);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("placement");
@@ -125,6 +153,7 @@ int main(void)
     tcase_add_test(tc, test_least_loaded_and_pending);
     tcase_add_test(tc, test_high_water_marks);
     tcase_add_test(tc, test_p2c_balances);
+    tcase_add_test(tc, test_least_loaded_ties_rotate);
     suite_add_tcase(s, tc);
     return td_check_run(s);
 }
