@@ -107,10 +107,10 @@ static int pick(td_placer_t *p, td_place_load_t *loads, size_t n, kind_t k, uint
     switch (p->policy) {
     case TD_PLACE_ROUND_ROBIN:
         for (size_t step = 0; step < n && best < 0; step++) {
-            size_t i = (size_t)((p->rr_next + step) % n);
+            size_t i = (size_t)((p->rr_next[k] + step) % n);
             if (eligible(p, &loads[i], k, need)) {
                 best = (int)i;
-                p->rr_next = i + 1;
+                p->rr_next[k] = i + 1;
             }
         }
         break;
@@ -118,12 +118,12 @@ static int pick(td_placer_t *p, td_place_load_t *loads, size_t n, kind_t k, uint
         /* the scan starts where the last choice left off, so ties (idle workers, say) take
          * turns instead of the lowest index getting every request */
         for (size_t step = 0; step < n; step++) {
-            size_t i = (size_t)((p->rr_next + step) % n);
+            size_t i = (size_t)((p->rr_next[k] + step) % n);
             if (eligible(p, &loads[i], k, need) &&
                 (best < 0 || score(&loads[i], k) < score(&loads[best], k)))
                 best = (int)i;
         }
-        p->rr_next = (uint64_t)best + 1;
+        p->rr_next[k] = (uint64_t)best + 1;
         break;
     case TD_PLACE_P2C: {
         /* draw two distinct eligible workers (the n-th eligible by rank) */

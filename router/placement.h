@@ -51,7 +51,8 @@ typedef struct td_place_limits {
 typedef struct td_placer {
     td_place_policy_t policy;
     td_place_limits_t limits;
-    uint64_t rr_next;  /* round robin cursor */
+    uint64_t rr_next[2]; /* where the next scan starts, prefill [0] and decode [1]: round robin's
+                            cursor, and least_loaded's among equal scores */
     uint64_t rng;      /* xorshift state for p2c (seeded; deterministic in tests) */
 } td_placer_t;
 

@@ -126,11 +126,18 @@ START_TEST(test_least_loaded_ties_rotate)
     fleet(l, N);
     td_placer_t p;
     td_placer_init(&p, TD_PLACE_LEAST_LOADED, NULL, 1);
+    td_place_load_t pre[2];
+    fleet(pre, 2);
     int count[N] = {0};
     for (int r = 0; r < ROUNDS; r++) {
         int i = td_place_decode(&p, l, N, 1);
         ck_assert_int_ge(i, 0);
         count[i]++;
+        /* a prefill choice in between (one placer serves both roles, as in the router) must not
+         * move the decode scan */
+        ck_assert_int_ge(td_place_prefill(&p, pre, 2, 10), 0);
+        td_place_heartbeat(&pre[0], 0, 0, 0, 0, false);
+        td_place_heartbeat(&pre[1], 0, 0, 0, 0, false);
         /* the request finishes before the next arrives: every worker idle again */
         for (int k = 0; k < N; k++)
             td_place_heartbeat(&l[k], 0, 0, 100, 100, false);
