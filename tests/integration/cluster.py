@@ -93,7 +93,7 @@ class Cluster:
     """A router plus prefill and decode workers of one model."""
 
     def __init__(self, build, model, n_prefill=1, n_decode=1, ucx_tls="tcp", router_args=(),
-                 worker_args=(), prefill_args=(), decode_args=(), engine_threads=1):
+                 worker_args=(), prefill_args=(), decode_args=(), engine_threads=1, n_routers=1):
         self.build = build
         self.model = model
         self.dir = tempfile.mkdtemp(prefix="tandem-cluster-")
@@ -114,6 +114,17 @@ class Cluster:
         self.http = "http://127.0.0.1:%d" % self.router.port("http")
         self.rpc = "127.0.0.1:%d" % self.router.port("rpc")
         self.cluster_addr = "127.0.0.1:%d" % self.router.port("cluster")
+        self.routers = [self.router]
+        for i in range(1, n_routers):  # more routers side by side; they share nothing
+            r = Daemon("router%d" % i, [
+                os.path.join(build, "router", "tandem-router"), "--model", model,
+                "--http.listen", "127.0.0.1:0", "--rpc.listen", "127.0.0.1:0",
+                "--cluster.listen", "127.0.0.1:0", "--cluster.secret_file", self.secret_file,
+                "--router_id", "router%d" % i, "--cluster.heartbeat_timeout_s", "1.5"] +
+                list(router_args), self.env, r"cluster=", self.dir)
+            r.wait_ready()
+            self.routers.append(r)
+            self.cluster_addr += ",127.0.0.1:%d" % r.port("cluster")
         self.workers = {}
         self.worker_args = list(worker_args)
         self.engine_threads = engine_threads
@@ -205,7 +216,8 @@ class Cluster:
         codes = {}
         for wid, d in self.workers.items():
             codes[wid] = d.stop() if d.proc.poll() is None else d.proc.returncode
-        codes["router"] = self.router.stop()
+        for r in self.routers:
+            codes[r.name] = r.stop()
         return codes
 
 

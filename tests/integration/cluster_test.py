@@ -17,6 +17,7 @@ Usage: cluster_test.py BUILD_DIR SCENARIO ARCH [MODEL_DIR]
   bench             tandem bench over HTTP and over the internal RPC: every request completes,
                     greedy texts agree, the client's mean TTFT agrees with the router's histogram
   shutdown          SIGTERM with requests in flight: every daemon exits 0, no request hangs
+  routers           two routers side by side share the workers; one stops, the other serves
 
 ARCH is deepseek_v3 or llama: MODEL_DIR (written by make_model.py), else mkmodel's tiny preset
 with the real tokenizer of that family written under BUILD_DIR.
@@ -420,6 +421,41 @@ def scenario_bench(build):
     print("OK: tandem bench over HTTP and RPC against the cluster")
 
 
+def scenario_routers(build):
+    """Two routers side by side: every worker registers with both, both serve, and a worker's
+    requests from one router are unaffected when the other router goes away."""
+    model, cfg = make_model(build, "deepseek_v3")
+    cl = C.Cluster(build, model, n_prefill=1, n_decode=1, n_routers=2,
+                   router_args=["--placement.local_prefill_tokens", "0"])
+    try:
+        rng = random.Random(9)
+        reqs = [{"prompt_ids": [rng.randrange(1000) for _ in range(rng.randint(20, 80))],
+                 "max_tokens": 6, "temperature": 0} for _ in range(12)]
+        want = cl.batch(reqs)
+        check(all(g["error"] is None for g in want), "router 0 failed requests")
+        second = "127.0.0.1:%d" % cl.routers[1].port("rpc")
+        r1 = cl.ctl("--router", second, "status").stdout  # noqa: F841 (registered there too)
+        first_rpc = cl.rpc
+        cl.rpc = second
+        wait_for(lambda: sum(w["alive"] for w in cl.status().values()) == 2, 10,
+                 "both workers on the second router")
+        got = cl.batch(reqs)
+        check([g["ids"] for g in got] == [g["ids"] for g in want],
+              "the second router's answers differ from the first's")
+        # the first router goes away: the second keeps serving with the same workers
+        check(cl.routers[0].stop() == 0, "router 0 did not exit cleanly")
+        got = cl.batch(reqs)
+        check([g["ids"] for g in got] == [g["ids"] for g in want],
+              "the second router failed after the first one stopped")
+        cl.rpc = first_rpc
+        cl.routers = cl.routers[1:]
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    print("OK: two routers side by side share the workers")
+
+
 def scenario_shutdown(build):
     model, cfg = make_model(build, "deepseek_v3")
     cl = C.Cluster(build, model, n_prefill=1, n_decode=1)
@@ -459,6 +495,8 @@ def main():
         scenario_shutdown(build)
     elif scen == "bench":
         scenario_bench(build)
+    elif scen == "routers":
+        scenario_routers(build)
     else:
         fail("unknown scenario " + scen)
 
