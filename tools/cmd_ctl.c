@@ -132,7 +132,8 @@ static int on_chunk(const Tandem__TokenChunk *ch, void *ud)
         o->ids = p;
         o->cap_ids = cap;
     }
-    memcpy(o->ids + o->n_ids, ch->tokens, ch->n_tokens * sizeof(int32_t));
+    if (ch->n_tokens)
+        memcpy(o->ids + o->n_ids, ch->tokens, ch->n_tokens * sizeof(int32_t));
     o->n_ids += ch->n_tokens;
     if (ch->text.len) {
         td_buf_append(&o->text, ch->text.data, ch->text.len);
@@ -370,6 +371,9 @@ static int cmd_batch(ctl_t *c, const char *path)
                      : td_err_set(TD_EPARSE, "%s: line %zu is not JSON", path, n);
     }
     for (size_t i = 0; i < n && !rc; i++) {
+        /* the array may have moved while it grew: point each request at its own parts again */
+        items[i].g.r.sampling = &items[i].g.sp;
+        items[i].g.r.stop = items[i].g.stop_store;
         items[i].g.r.request_id = i + 1;
         rc = td_client_generate_start(c->cl, &items[i].g.r, on_chunk, &items[i].o);
     }
