@@ -141,6 +141,8 @@ typedef struct wk_seq {
     uint64_t rt_gen;
     wk_state_t state;
     bool in_step; /* the compute thread is using it */
+    bool recompute; /* preempted: its KV was dropped; PREFILL recomputes toks[0, n_toks - 1)
+                       without sampling, then it runs again */
     bool dead;    /* canceled or failed: free once nothing holds its blocks */
     int32_t *toks; /* [n_toks] prompt, then generated tokens */
     int n_toks, cap_toks;
@@ -221,13 +223,20 @@ struct worker {
     double job_s;
     /* metrics */
     td_metric_t *m_running, *m_waiting, *m_kv_usage, *m_prompt, *m_gen, *m_step, *m_xfer_bytes,
-        *m_xfer_s, *m_tail_s, *m_recv_bytes, *m_req_ok, *m_req_fail;
+        *m_xfer_s, *m_tail_s, *m_recv_bytes, *m_req_ok, *m_req_fail, *m_preempt;
 };
 
 static void schedule(worker_t *w);
 static void seq_fail(worker_t *w, wk_seq_t *s, int code, const char *msg);
 
 /* ---- sending --------------------------------------------------------------------------------- */
+
+/* Tokens the PREFILL state must have stored before the sequence runs: the prompt, or, after a
+ * preemption, everything but the last generated token (the next step's input). */
+static int prefill_target(const wk_seq_t *s)
+{
+    return s->recompute ? s->n_toks - 1 : s->n_prompt;
+}
 
 static bool rt_live(const wk_seq_t *s)
 {
@@ -265,7 +274,7 @@ static void fill_load(worker_t *w, Tandem__Load *l)
         if (s->dead)
             continue;
         if (s->state == S_PREFILL)
-            queued += (uint64_t)(s->n_prompt - s->kv.n_tokens);
+            queued += (uint64_t)(prefill_target(s) - s->kv.n_tokens);
         if (s->state == S_RUN)
             running++;
         else
@@ -647,7 +656,16 @@ static void schedule(worker_t *w)
         if (s->dead || s->state != S_RUN || budget < 1)
             continue;
         if (td_kv_seq_reserve(&w->pool, &s->kv, s->kv.n_tokens + 1) != 0) {
-            seq_fail(w, s, TD_ENOSPC, "the KV cache is full");
+            /* no block for its next token: preempt it (vLLM's recompute mode). Its blocks go back
+             * to the pool now; it keeps its place in line and recomputes its KV, bit for bit the
+             * same (the engine does not depend on how a prompt is chunked or batched), when
+             * there is room again. */
+            td_kv_seq_release(&w->pool, &s->kv);
+            td_kv_seq_init(&s->kv);
+            s->recompute = true;
+            s->state = S_PREFILL;
+            td_metric_add(w->m_preempt, 1);
+            TD_LOG_D("request %llu preempted: the KV cache is full", (unsigned long long)s->req);
             continue;
         }
         w->items[n++] = (wk_item_t){.s = s, .n = 1, .sample = true};
@@ -658,7 +676,7 @@ static void schedule(worker_t *w)
         next = s->next;
         if (s->dead || s->state != S_PREFILL || budget < 1)
             continue;
-        int left = s->n_prompt - s->kv.n_tokens;
+        int left = prefill_target(s) - s->kv.n_tokens;
         int k = (int)TD_MIN((int64_t)TD_MIN(left, budget), w->cfg.prefill_chunk);
         if (td_kv_seq_reserve(&w->pool, &s->kv, s->kv.n_tokens + k) != 0) {
             /* no room: wait for decodes to finish, unless nothing can free any */
@@ -667,7 +685,7 @@ static void schedule(worker_t *w)
             blocked = true;
             continue;
         }
-        w->items[n++] = (wk_item_t){.s = s, .n = k, .sample = k == left};
+        w->items[n++] = (wk_item_t){.s = s, .n = k, .sample = k == left && !s->recompute};
         budget -= k;
     }
     if (n == 0)
@@ -964,8 +982,12 @@ static void on_step_done(uv_async_t *a)
             continue;
         }
         if (s->state == S_PREFILL && !it->sample) {
-            if (w->role == TANDEM__ROLE__ROLE_PREFILL)
+            if (s->recompute && s->kv.n_tokens == prefill_target(s)) {
+                s->recompute = false; /* its KV is back: the pending token is the next input */
+                s->state = S_RUN;
+            } else if (w->role == TANDEM__ROLE__ROLE_PREFILL) {
                 prefill_progress(w, s);
+            }
             continue;
         }
         if (s->state == S_PREFILL && w->role == TANDEM__ROLE__ROLE_PREFILL) {
@@ -1346,10 +1368,12 @@ static int setup_metrics(worker_t *w)
     w->m_req_ok = td_metrics_counter(m, "request_success_total", "Requests finished here.",
                                      NULL);
     w->m_req_fail = td_metrics_counter(m, "request_failure_total", "Requests failed here.", NULL);
+    w->m_preempt = td_metrics_counter(m, "num_preemptions_total",
+                                      "Sequences preempted for lack of KV blocks (recomputed).",
+                                      NULL);
     if (!w->m_running || !w->m_waiting || !w->m_kv_usage || !w->m_prompt || !w->m_gen ||
         !w->m_step || !w->m_xfer_bytes || !w->m_recv_bytes || !w->m_xfer_s || !w->m_tail_s ||
-        !w->m_req_ok ||
-        !w->m_req_fail)
+        !w->m_req_ok || !w->m_req_fail || !w->m_preempt)
         return td_err_set(TD_ENOMEM, "out of memory");
     return 0;
 }

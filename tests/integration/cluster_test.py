@@ -18,6 +18,7 @@ Usage: cluster_test.py BUILD_DIR SCENARIO ARCH [MODEL_DIR]
                     greedy texts agree, the client's mean TTFT agrees with the router's histogram
   shutdown          SIGTERM with requests in flight: every daemon exits 0, no request hangs
   routers           two routers side by side share the workers; one stops, the other serves
+  preempt           a decode worker short of KV blocks preempts and recomputes; tokens unchanged
 
 ARCH is deepseek_v3 or llama: MODEL_DIR (written by make_model.py), else mkmodel's tiny preset
 with the real tokenizer of that family written under BUILD_DIR.
@@ -456,6 +457,40 @@ def scenario_routers(build):
     print("OK: two routers side by side share the workers")
 
 
+def scenario_preempt(build):
+    """A decode worker whose KV pool cannot hold every running sequence preempts (drops a
+    sequence's blocks, recomputes them later) instead of failing requests; the tokens are still
+    exactly tandem generate's."""
+    model, cfg = make_model(build, "deepseek_v3")
+    rng = random.Random(21)
+    ctx = cfg["max_position_embeddings"]
+    reqs = []
+    for i in range(8):
+        r = {"prompt_ids": [rng.randrange(cfg["vocab_size"]) for _ in range(20)],
+             "max_tokens": min(200, ctx - 21), "ignore_eos": True}
+        if i % 2:
+            r.update(temperature=0.9, seed=rng.randrange(1 << 30))
+        else:
+            r["temperature"] = 0
+        reqs.append(r)
+    want = [C.offline_generate(build, model, r) for r in reqs]
+    cl = C.Cluster(build, model, n_prefill=0, n_decode=1,
+                   decode_args=["--kv.blocks", "48"])  # 768 tokens for 8 x 220
+    try:
+        got = cl.batch(reqs)
+        bad = [i for i, (g, w) in enumerate(zip(got, want)) if g["error"] or g["ids"] != w]
+        check(not bad, "requests %s differ or failed: %s" % (bad, [got[i]["error"] for i in bad]))
+        n = cl.worker_metric("d0", "tandem_num_preemptions_total")
+        print("8 requests of 220 tokens in a 768-token KV pool: %d preemptions, every token "
+              "equal to tandem generate" % n)
+        check(n > 0, "no preemption happened: the test did not exercise it")
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    print("OK: preemption by recompute")
+
+
 def scenario_shutdown(build):
     model, cfg = make_model(build, "deepseek_v3")
     cl = C.Cluster(build, model, n_prefill=1, n_decode=1)
@@ -497,6 +532,8 @@ def main():
         scenario_bench(build)
     elif scen == "routers":
         scenario_routers(build)
+    elif scen == "preempt":
+        scenario_preempt(build)
     else:
         fail("unknown scenario " + scen)
 
