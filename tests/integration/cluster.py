@@ -8,6 +8,7 @@ import atexit
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -218,6 +219,8 @@ class Cluster:
             codes[wid] = d.stop() if d.proc.poll() is None else d.proc.returncode
         for r in self.routers:
             codes[r.name] = r.stop()
+        if all(c == 0 for c in codes.values()):
+            shutil.rmtree(self.dir, ignore_errors=True)  # logs are kept when something failed
         return codes
 
 
