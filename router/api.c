@@ -425,29 +425,18 @@ static int parse_messages(ctx_t *c, json_object *o, td_api_request_t *r)
     return 0;
 }
 
-int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_request_t *out,
-                 const char **param)
+int td_api_parse_object(const char *body, size_t len, json_object **out)
 {
-    ctx_t c = {NULL};
-    memset(out, 0, sizeof(*out));
-    out->kind = kind;
-    out->max_tokens = -1;
-    out->temperature = 1.0;
-    out->top_p = 1.0;
-    out->repetition_penalty = 1.0;
-    out->n = 1;
-    out->add_generation_prompt = true;
-    *param = NULL;
-
+    *out = NULL;
     json_tokener *tok = json_tokener_new();
     if (!tok)
-        return TD_ENOMEM;
+        return td_err_set(TD_ENOMEM, "out of memory");
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
-    json_object *o = json_tokener_parse_ex(tok, body, (int)TD_MIN(len, (size_t)INT32_MAX));
+    json_object *o = json_tokener_parse_ex(tok, body ? body : "",
+                                           (int)TD_MIN(len, (size_t)INT32_MAX));
     enum json_tokener_error jerr = json_tokener_get_error(tok);
     size_t used = json_tokener_get_parse_end(tok);
     json_tokener_free(tok);
-    int rc;
     if (!o || jerr != json_tokener_success) {
         json_object_put(o);
         return td_err_set(TD_EPARSE, "request body is not valid JSON: %s",
@@ -465,6 +454,28 @@ int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_reques
         json_object_put(o);
         return td_err_set(TD_EINVAL, "request body must be a JSON object");
     }
+    *out = o;
+    return 0;
+}
+
+int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_request_t *out,
+                 const char **param)
+{
+    ctx_t c = {NULL};
+    memset(out, 0, sizeof(*out));
+    out->kind = kind;
+    out->max_tokens = -1;
+    out->temperature = 1.0;
+    out->top_p = 1.0;
+    out->repetition_penalty = 1.0;
+    out->n = 1;
+    out->add_generation_prompt = true;
+    *param = NULL;
+
+    json_object *o;
+    int rc = td_api_parse_object(body, len, &o);
+    if (rc)
+        return rc;
     switch (kind) {
     case TD_API_COMPLETIONS: rc = parse_completions(&c, o, out); break;
     case TD_API_CHAT: rc = parse_chat(&c, o, out); break;

@@ -73,6 +73,13 @@ typedef struct td_api_request {
 int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_request_t *out,
                  const char **param);
 
+/* Parse a request body as one JSON object, strictly (json-c strict mode, UTF-8 validated,
+ * nothing but whitespace after it), as every endpoint that takes JSON must. 0 with *out the
+ * caller's (json_object_put), TD_EPARSE (not JSON, or trailing data) or TD_EINVAL (not an
+ * object) with td_err_msg saying which, TD_ENOMEM. */
+struct json_object;
+int td_api_parse_object(const char *body, size_t len, struct json_object **out);
+
 /* Release what a request owns and zero it. */
 void td_api_request_free(td_api_request_t *r);
 

@@ -677,18 +677,11 @@ static void h_tokenize(td_http_req_t *r, void *ud)
         return;
     size_t len;
     const char *body = td_http_body(r, &len);
-    json_tokener *tk = json_tokener_new();
-    json_object *o = tk && body ? json_tokener_parse_ex(tk, body, (int)len) : NULL;
-    bool whole = tk && json_tokener_get_error(tk) == json_tokener_success &&
-                 json_tokener_get_parse_end(tk) == len;
-    if (tk)
-        json_tokener_free(tk);
+    json_object *o, *p = NULL, *m = NULL, *v = NULL;
     td_tokens_t t;
     td_tokens_init(&t);
-    json_object *p = NULL, *m = NULL, *v = NULL;
-    if (!o || !whole || !json_object_is_type(o, json_type_object)) {
-        td_http_respond_error(r, 400, "invalid_request_error", NULL, NULL,
-                              "the body must be a JSON object");
+    if (td_api_parse_object(body, len, &o) != 0) {
+        td_http_respond_error(r, 400, "invalid_request_error", NULL, NULL, "%s", td_err_msg());
         goto out;
     }
     json_object_object_get_ex(o, "prompt", &p);
@@ -747,17 +740,14 @@ static void h_detokenize(td_http_req_t *r, void *ud)
         return;
     size_t len;
     const char *body = td_http_body(r, &len);
-    json_tokener *tk = json_tokener_new();
-    json_object *o = tk && body ? json_tokener_parse_ex(tk, body, (int)len) : NULL;
-    bool whole = tk && json_tokener_get_error(tk) == json_tokener_success &&
-                 json_tokener_get_parse_end(tk) == len;
-    if (tk)
-        json_tokener_free(tk);
+    json_object *o, *a = NULL;
     td_tokens_t t;
     td_tokens_init(&t);
-    json_object *a = NULL;
-    if (!o || !whole || !json_object_is_type(o, json_type_object) ||
-        !json_object_object_get_ex(o, "tokens", &a) || !json_object_is_type(a, json_type_array)) {
+    if (td_api_parse_object(body, len, &o) != 0) {
+        td_http_respond_error(r, 400, "invalid_request_error", NULL, NULL, "%s", td_err_msg());
+        goto out;
+    }
+    if (!json_object_object_get_ex(o, "tokens", &a) || !json_object_is_type(a, json_type_array)) {
         td_http_respond_error(r, 400, "invalid_request_error", "tokens", NULL,
                               "the body must be a JSON object with 'tokens' (an array of ids)");
         goto out;

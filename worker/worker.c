@@ -1244,9 +1244,7 @@ static void http_metrics(td_http_req_t *r, void *ud)
 {
     worker_t *w = ud;
     Tandem__Load l = TANDEM__LOAD__INIT;
-    fill_load(w, &l);
-    td_kvx_stats_t st;
-    td_kvx_stats(w->kvx, &st);
+    fill_load(w, &l); /* refreshes the load gauges */
     td_buf_t b;
     td_buf_init(&b);
     if (td_metrics_render(w->metrics, &b) != 0) {

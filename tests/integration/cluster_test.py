@@ -292,6 +292,10 @@ def scenario_malformed(build):
             ("oversize body", "/v1/completions",
              json.dumps({"prompt": "a" * 100000}).encode(), 413),
             ("unknown path", "/v1/nothing", b"{}", 404),
+            ("tokenize: bad JSON", "/tokenize", b"{\"prompt\": ", 400),
+            ("tokenize: invalid UTF-8", "/tokenize", b"{\"prompt\": \"\xff\xfe\"}", 400),
+            ("detokenize: trailing data", "/detokenize", b"{\"tokens\": [1]} x", 400),
+            ("detokenize: not ids", "/detokenize", json.dumps({"tokens": "a"}).encode(), 400),
         ]
         for name, path, body, want in cases:
             st, resp, _ = cl.http_json(path, body)
