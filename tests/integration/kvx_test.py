@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""kvx_test.py: multi-process tests of the KV data plane (common/kvx.c) on loopback.
+"""kvx_test.py: multi-process tests of the KV data plane (common/kvx/) on loopback.
 
 Usage: kvx_test.py KVX_PEER_EXE SCENARIO...   (UCX_TLS chosen by the caller: tcp, or sm transports)
 

@@ -1,6 +1,6 @@
 // render_chat.js: render chat-template fixtures with the real chat_template from each family's
 // tokenizer_config.json, using @huggingface/jinja (the reference the C renderer in
-// common/chat.c is compared against by tests/unit/test_chat.c).
+// common/text/chat.c is compared against by tests/unit/text/test_chat.c).
 //
 // usage: node render_chat.js FIXTURES.json...
 // Writes one JSON object per line to stdout:

@@ -78,7 +78,7 @@ def unpermute_llama(w, n_head):
 
 
 def splitmix_normals(seed, name, n):
-    """The generator documented in common/td_modelgen.h."""
+    """The generator documented in tools/mkmodel/td_modelgen.h."""
     mask = (1 << 64) - 1
     h = 0xCBF29CE484222325
     for ch in name.encode():

@@ -1,6 +1,6 @@
 /* test_bench_metrics.c: the load generator's metric definitions against hand-computed values
  * (vLLM's calculate_metrics), the result-JSON keys, the SSE chunk scanner, the /metrics parser
- * and the HTML report (tools/bench/). */
+ * and the HTML report (tools/loadgen/). */
 #include "bench.h"
 #include "td_check.h"
 #include "td_error.h"

@@ -1,5 +1,5 @@
-/* test_bench_arrivals.c: the load generator's arrival process (tools/bench/arrivals.c) and
- * workloads (tools/bench/workload.c): Gamma moments, the N/rate rescale, burstiness as the
+/* test_bench_arrivals.c: the load generator's arrival process (tools/loadgen/arrivals.c) and
+ * workloads (tools/loadgen/workload.c): Gamma moments, the N/rate rescale, burstiness as the
  * coefficient of variation of the gaps, seed reproducibility, and prompt lengths. */
 #include "bench.h"
 #include "td_check.h"
