@@ -13,6 +13,7 @@ void td_sampling_defaults(td_sampling_t *p)
     memset(p, 0, sizeof(*p));
     p->top_p = 1.0f;
     p->eos_id = -1;
+    p->logprobs = -1;
 }
 
 static uint64_t splitmix64(uint64_t *x)
@@ -58,8 +59,8 @@ int td_sampler_init(td_sampler_t *s, const td_sampling_t *p, int vocab)
     if (p->n_stop < 0 || p->n_stop > TD_SAMPLER_MAX_STOP)
         return td_err_set(TD_EINVAL, "sampler: %d stop ids (at most %d)", p->n_stop,
                           TD_SAMPLER_MAX_STOP);
-    if (p->logprobs < 0 || p->logprobs > TD_SAMPLER_MAX_LOGPROBS)
-        return td_err_set(TD_EINVAL, "sampler: logprobs %d must be in [0, %d]", p->logprobs,
+    if (p->logprobs < -1 || p->logprobs > TD_SAMPLER_MAX_LOGPROBS)
+        return td_err_set(TD_EINVAL, "sampler: logprobs %d must be in [-1, %d]", p->logprobs,
                           TD_SAMPLER_MAX_LOGPROBS);
     s->p = *p;
     s->vocab = vocab;

@@ -28,10 +28,11 @@ typedef struct td_sampling {
     int n_stop;
     int32_t eos_id;  /* -1: none */
     bool ignore_eos; /* keep going past EOS */
-    int logprobs;    /* top-n logprobs to report, 0..TD_SAMPLER_MAX_LOGPROBS */
+    int logprobs;    /* -1: no logprob records; else the sampled token's logprob plus this many
+                        alternatives, 0..TD_SAMPLER_MAX_LOGPROBS */
 } td_sampling_t;
 
-/* Defaults: greedy, no filters, no limit, no EOS, no logprobs. */
+/* Defaults: greedy, no filters, no limit, no EOS, no logprobs (-1). */
 void td_sampling_defaults(td_sampling_t *p);
 
 typedef enum td_finish {
