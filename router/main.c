@@ -10,7 +10,6 @@
 #include "td_model.h"
 #include "td_util.h"
 
-#include <libgen.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,14 +247,14 @@ static int setup_metrics(td_router_t *rt)
     return 0;
 }
 
-static void usage(FILE *out)
+static void usage(FILE *out, const void *ud)
 {
+    (void)ud;
     fprintf(out, "usage: tandem-router --model DIR [--config FILE] [--section.key=value ...]\n\n"
                  "The tandem router: OpenAI/Anthropic HTTP API, internal RPC and worker "
                  "registry.\nOn start it prints one line:\n"
                  "  tandem-router: http=HOST:PORT rpc=HOST:PORT cluster=HOST:PORT\n\n"
                  "\n");
-    td_config_print_help(out, opts, N_OPTS, "TANDEM_ROUTER");
 }
 
 /* "host:port" with the bound port (for the start line). */
@@ -276,33 +275,20 @@ static void bound(char *out, size_t n, const char *addr, int port)
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("tandem-router %s\n", TD_VERSION);
-            return 0;
-        }
-    }
     static td_router_t router;
     td_router_t *rt = &router;
     int code = 1;
-    td_log_init("router", TD_LOG_INFO, TD_LOG_LOGFMT, 2);
-    int rc = td_config_load(opts, N_OPTS, &rt->cfg, NULL, "TANDEM_ROUTER", argc, argv, NULL, 0, NULL);
-    if (rc) {
-        fprintf(stderr, "tandem-router: %s\n(--help lists the options)\n", td_err_msg());
-        goto out_cfg;
-    }
-    td_log_level_t level;
-    td_log_format_t fmt;
-    if (td_log_level_parse(rt->cfg.log_level, &level) ||
-        td_log_format_parse(rt->cfg.log_format, &fmt)) {
-        fprintf(stderr, "tandem-router: %s\n", td_err_msg());
-        goto out_cfg;
-    }
-    td_log_init("router", level, fmt, 2);
+    td_daemon_boot_t boot = {.program = "tandem-router",
+                             .component = "router",
+                             .env_prefix = "TANDEM_ROUTER",
+                             .opts = opts,
+                             .n_opts = N_OPTS,
+                             .cfg = &rt->cfg,
+                             .usage = usage};
+    if (td_daemon_boot(&boot, argc, argv, &code))
+        return code;
+    code = 1;
+    int rc;
     if (!rt->cfg.model || !*rt->cfg.model) {
         fprintf(stderr, "tandem-router: --model DIR is required (--help lists the options)\n");
         goto out_cfg;
@@ -324,13 +310,7 @@ int main(int argc, char **argv)
     if (rt->cfg.served_model_name && *rt->cfg.served_model_name) {
         rt->model_name = rt->cfg.served_model_name;
     } else {
-        char tmp[4096];
-        snprintf(tmp, sizeof(tmp), "%s", rt->cfg.model);
-        size_t l = strlen(tmp);
-        while (l > 1 && tmp[l - 1] == '/')
-            tmp[--l] = 0;
-        snprintf(rt->name_buf, sizeof(rt->name_buf), "%s", basename(tmp));
-        rt->model_name = rt->name_buf;
+        rt->model_name = td_path_basename(rt->cfg.model, rt->name_buf, sizeof(rt->name_buf));
     }
     if (rt->cfg.router_id && *rt->cfg.router_id) {
         rt->id = rt->cfg.router_id;

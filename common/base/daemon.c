@@ -3,6 +3,8 @@
 #include "td_error.h"
 #include "td_log.h"
 
+#include "td_config_build.h"
+
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -120,4 +122,49 @@ void td_daemon_close(td_daemon_t *d)
     uv_close((uv_handle_t *)&d->sigterm, on_closed);
     uv_close((uv_handle_t *)&d->sigint, on_closed);
     uv_close((uv_handle_t *)&d->watchdog, on_closed);
+}
+
+/* The string option `name` of the table, or NULL. */
+static const char *opt_str(const td_daemon_boot_t *b, const char *name)
+{
+    for (size_t i = 0; i < b->n_opts; i++)
+        if (b->opts[i].type == TD_OPT_STR && strcmp(b->opts[i].name, name) == 0)
+            return *(char *const *)((const char *)b->cfg + b->opts[i].offset);
+    return NULL;
+}
+
+int td_daemon_boot(const td_daemon_boot_t *b, int argc, char **argv, int *status)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            if (b->usage)
+                b->usage(stdout, b->ud);
+            td_config_print_help(stdout, b->opts, b->n_opts, b->env_prefix);
+            *status = 0;
+            return 1;
+        }
+        if (!strcmp(argv[i], "--version")) {
+            printf("%s %s\n", b->program, TD_VERSION);
+            *status = 0;
+            return 1;
+        }
+    }
+    td_log_init(b->component, TD_LOG_INFO, TD_LOG_LOGFMT, 2);
+    int rc = td_config_load(b->opts, b->n_opts, b->cfg, NULL, b->env_prefix, argc, argv, NULL, 0,
+                            NULL);
+    td_log_level_t level = TD_LOG_INFO;
+    td_log_format_t fmt = TD_LOG_LOGFMT;
+    if (!rc && td_log_level_parse(opt_str(b, "log.level"), &level))
+        rc = td_err_set(TD_EINVAL, "log.level: %s", td_err_msg());
+    if (!rc && td_log_format_parse(opt_str(b, "log.format"), &fmt))
+        rc = td_err_set(TD_EINVAL, "log.format: %s", td_err_msg());
+    if (rc) {
+        fprintf(stderr, "%s: %s\n(--help lists the options)\n", b->program, td_err_msg());
+        td_config_free(b->opts, b->n_opts, b->cfg);
+        *status = 2;
+        return 1;
+    }
+    td_log_init(b->component, level, fmt, 2);
+    *status = 0;
+    return 0;
 }

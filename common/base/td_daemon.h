@@ -5,11 +5,34 @@
 #ifndef TD_DAEMON_H
 #define TD_DAEMON_H
 
+#include "td_config.h"
+
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <uv.h>
 
 typedef struct td_daemon td_daemon_t;
+
+/* What a daemon does before it builds anything: `--help` and `--version`, the configuration in
+ * layers (td_config_load: defaults, --config INI, environment with `env_prefix`, flags), then the
+ * log level and format from the table's "log.level" and "log.format" options (both required). */
+typedef struct td_daemon_boot {
+    const char *program;    /* "tandem-router": --version line and error prefixes */
+    const char *component;  /* log component ("router", "prefill", ...) */
+    const char *env_prefix; /* "TANDEM_ROUTER" */
+    const td_opt_t *opts;
+    size_t n_opts;
+    void *cfg;                                /* the program's config struct, zeroed */
+    void (*usage)(FILE *out, const void *ud); /* --help text before the option list */
+    const void *ud;
+} td_daemon_boot_t;
+
+/* Boot: 0 when the daemon should run (cfg filled, logging set up; free cfg with
+ * td_config_free). Otherwise the process must exit with *status: 0 after --help or --version,
+ * 2 after a configuration error (already printed to stderr, naming the file, variable or flag);
+ * cfg is freed then. */
+int td_daemon_boot(const td_daemon_boot_t *b, int argc, char **argv, int *status);
 
 /* Called on the loop thread when SIGTERM or SIGINT arrives (signum says which). A second signal
  * while shutting down is passed again; the daemon decides whether to hurry. */

@@ -64,6 +64,9 @@ char *td_strndup(const char *s, size_t n);
 
 /* String helpers. */
 bool td_str_eq(const char *a, const char *b); /* NULL-safe */
+/* The last component of `path`, trailing '/' ignored ("/m/llama/" -> "llama"), into out[n]
+ * (truncated to fit). Returns out. */
+char *td_path_basename(const char *path, char *out, size_t n);
 bool td_str_startswith(const char *s, const char *prefix);
 bool td_str_endswith(const char *s, const char *suffix);
 /* Parse integers and booleans strictly (whole string, no trailing garbage). 0 or TD_EINVAL /

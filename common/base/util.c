@@ -544,3 +544,17 @@ void td_hex_encode(const uint8_t *p, size_t n, char *out)
     }
     out[2 * n] = '\0';
 }
+
+char *td_path_basename(const char *path, char *out, size_t n)
+{
+    size_t l = strlen(path);
+    while (l > 1 && path[l - 1] == '/')
+        l--;
+    size_t b = l;
+    while (b > 0 && path[b - 1] != '/')
+        b--;
+    if (b == l && l > 0) /* only slashes: "/" */
+        b = l - 1;
+    snprintf(out, n, "%.*s", (int)(l - b), path + b);
+    return out;
+}

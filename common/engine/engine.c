@@ -121,6 +121,11 @@ void td_engine_free(td_engine_t *e)
     free(e);
 }
 
+bool td_engine_is_sim(const td_engine_t *e)
+{
+    return e->is_sim;
+}
+
 const td_model_t *td_engine_model(const td_engine_t *e)
 {
     return e->m;
@@ -165,9 +170,13 @@ int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int
                                   seqs[i].tokens[k], c->vocab_size);
         if (seqs[i].n_tokens > INT32_MAX / 2 - T)
             return td_err_set(TD_EINVAL, "step too large");
+        if (seqs[i].smp && (!seqs[i].out || (!seqs[i].logits && !e->is_sim)))
+            return td_err_set(TD_EINVAL, "batch item %d: sampling needs logits and out", i);
         T += seqs[i].n_tokens;
         n_out += seqs[i].logits != NULL;
     }
+    if (e->is_sim)
+        return td__sim_step(e, pool, seqs, n);
     for (int i = 0; i < n; i++) {
         int rc = td_kv_seq_reserve(pool, seqs[i].kv, seqs[i].kv->n_tokens + seqs[i].n_tokens);
         if (rc)
@@ -220,6 +229,9 @@ int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int
         for (int i = 0, o = 0; i < n; i++)
             if (seqs[i].logits)
                 memcpy(seqs[i].logits, logits + (o++) * V, V * sizeof(float));
+        for (int i = 0; i < n; i++)
+            if (seqs[i].smp)
+                td_sampler_sample(seqs[i].smp, seqs[i].logits, seqs[i].out);
     }
     for (int i = 0; i < n; i++)
         seqs[i].kv->n_tokens += seqs[i].n_tokens;

@@ -16,6 +16,8 @@ typedef struct td__step {
 
 struct td_engine {
     const td_model_t *m;
+    bool is_sim;       /* the simulated engine (sim.c): no backend, no math */
+    td_sim_opts_t sim; /* its latency model */
     td_backend_t *be;
     float *inv_freq;   /* [rope_dim / 2] RoPE frequencies after scaling */
     float rope_mscale; /* multiplies cos and sin (YaRN attention factor) */
@@ -25,6 +27,9 @@ struct td_engine {
     size_t arena_cap; /* floats */
     size_t arena_used;
 };
+
+/* The simulated engine's step (sim.c), after td_engine_step's checks. */
+int td__sim_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int n);
 
 /* Take n floats from the arena (valid until the next step). Never fails: sized beforehand. */
 float *td__scratch(td_engine_t *e, size_t n);

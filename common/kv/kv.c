@@ -144,10 +144,12 @@ int td_kv_seq_reserve(td_kv_pool_t *p, td_kv_seq_t *s, int n_tokens)
         s->blocks = b;
         s->cap = cap;
     }
+    if (need - s->n_blocks > p->n_free)
+        return td_err_set(TD_ENOSPC, "kv pool: %d blocks wanted, %d of %d free",
+                          need - s->n_blocks, p->n_free, p->n_blocks);
     while (s->n_blocks < need) {
         int rc = td_kv_block_alloc(p, &s->blocks[s->n_blocks]);
-        if (rc)
-            return rc;
+        TD_ASSERT(rc == 0);
         s->n_blocks++;
     }
     return 0;

@@ -78,8 +78,8 @@ typedef struct td_kv_seq {
 } td_kv_seq_t;
 
 void td_kv_seq_init(td_kv_seq_t *s);
-/* Make room for `n_tokens` tokens in total, taking blocks from the pool. 0 or TD_ENOSPC /
- * TD_ENOMEM (blocks already taken stay with the sequence). */
+/* Make room for `n_tokens` tokens in total, taking blocks from the pool: all of them or none.
+ * 0 or TD_ENOSPC / TD_ENOMEM (the sequence is as it was). */
 int td_kv_seq_reserve(td_kv_pool_t *p, td_kv_seq_t *s, int n_tokens);
 /* Return every block to the pool and empty the sequence. */
 void td_kv_seq_release(td_kv_pool_t *p, td_kv_seq_t *s);

@@ -27,6 +27,9 @@ int td_msg_sampling_from_proto(const Tandem__Sampling *sp, td_sampling_t *p)
     if (sp->n_stop_ids > TD_SAMPLER_MAX_STOP)
         return td_err_set(TD_EINVAL, "sampling.stop_ids: %zu ids (at most %d)", sp->n_stop_ids,
                           TD_SAMPLER_MAX_STOP);
+    if (!(sp->top_p >= 0 && sp->top_p <= 1))
+        return td_err_set(TD_EINVAL, "sampling.top_p: %g (0 for unset, else (0, 1])",
+                          (double)sp->top_p);
     if (sp->logprobs < -1 || sp->logprobs > TD_SAMPLER_MAX_LOGPROBS)
         return td_err_set(TD_EINVAL, "sampling.logprobs: %d (-1..%d)", sp->logprobs,
                           TD_SAMPLER_MAX_LOGPROBS);

@@ -95,8 +95,8 @@ check_ini() { # check_ini INI SOURCE_DIR...
   done
 }
 check_ini "$dep/router.ini" "$src/router"
-check_ini "$dep/prefill.ini" "$src/worker" "$src/prefill"
-check_ini "$dep/decode.ini" "$src/worker" "$src/decode"
+check_ini "$dep/prefill.ini" "$src/common/worker" "$src/prefill"
+check_ini "$dep/decode.ini" "$src/common/worker" "$src/decode"
 
 # ---- 4. the built daemons accept the example configs ---------------------------------------------
 if [ -n "$build" ]; then

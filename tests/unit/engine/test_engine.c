@@ -328,6 +328,12 @@ START_TEST(test_kv_layout)
     ck_assert_int_eq(p.n_free, 0);
     ck_assert_int_eq(td_kv_seq_reserve(&p, &q, 49), TD_ENOSPC);
     td_kv_seq_release(&p, &q);
+    /* all or nothing: a reservation that does not fit takes no block */
+    ck_assert_int_eq(td_kv_seq_reserve(&p, &q, 16), 0);
+    ck_assert_int_eq(td_kv_seq_reserve(&p, &q, 64), TD_ENOSPC);
+    ck_assert_int_eq(q.n_blocks, 1);
+    ck_assert_int_eq(p.n_free, 2);
+    td_kv_seq_release(&p, &q);
     ck_assert_int_eq(p.n_free, 3);
     /* a step that does not fit leaves the sequence where it was */
     td_engine_t *e;

@@ -1,0 +1,101 @@
+/* admin.c: a worker's /metrics (Prometheus) and /health endpoints, and its metric handles. */
+#include "td_error.h"
+#include "td_util.h"
+#include "td_worker.h"
+
+#include <stdio.h>
+
+int td_wk_metrics_init(td_worker_t *w)
+{
+    td_buf_t lb, esc;
+    td_buf_init(&lb);
+    td_buf_init(&esc);
+    int rc = td_metrics_escape(w->cfg.id, &esc);
+    if (!rc)
+        rc = td_buf_printf(&lb, "role=\"%s\",instance=\"%s\"", w->role->name, esc.data);
+    if (!rc && !(w->m.reg = td_metrics_new("tandem_", lb.data)))
+        rc = TD_ENOMEM;
+    td_buf_free(&lb);
+    td_buf_free(&esc);
+    if (rc)
+        return td_err_set(TD_ENOMEM, "out of memory");
+    td_metrics_t *r = w->m.reg;
+    td_wk_metrics_t *m = &w->m;
+    m->running = td_metrics_gauge(r, "num_requests_running", "Sequences in the decode batch.",
+                                  NULL);
+    m->waiting = td_metrics_gauge(r, "num_requests_waiting",
+                                  "Sequences prefilling or waiting for their KV.", NULL);
+    m->kv_usage = td_metrics_gauge(r, "kv_cache_usage_perc",
+                                   "Fraction of KV blocks in use (1 = full).", NULL);
+    m->prompt = td_metrics_counter(r, "prompt_tokens_total", "Prompt tokens received.", NULL);
+    m->gen = td_metrics_counter(r, "generation_tokens_total", "Tokens generated.", NULL);
+    m->step = td_metrics_histogram(r, "engine_step_seconds", "Time of one engine step.", NULL,
+                                   td_buckets_tpot, td_buckets_tpot_n);
+    m->xfer_bytes = td_metrics_counter(r, "kv_transfer_bytes_total",
+                                       "KV bytes moved over the data plane.", "direction=\"out\"");
+    m->recv_bytes = td_metrics_counter(r, "kv_transfer_bytes_total",
+                                       "KV bytes moved over the data plane.", "direction=\"in\"");
+    m->xfer_s = td_metrics_histogram(r, "kv_transfer_seconds",
+                                     "Time from a prompt's first KV push to its last "
+                                     "acknowledgement.",
+                                     NULL, td_buckets_tpot, td_buckets_tpot_n);
+    m->tail_s = td_metrics_histogram(r, "kv_handoff_tail_seconds",
+                                     "Time from the end of a prompt's computation to the "
+                                     "acknowledgement of its last KV push (the part of the "
+                                     "handoff that does not overlap compute).",
+                                     NULL, td_buckets_tpot, td_buckets_tpot_n);
+    m->req_ok = td_metrics_counter(r, "request_success_total", "Requests finished here.", NULL);
+    m->req_fail = td_metrics_counter(r, "request_failure_total", "Requests failed here.", NULL);
+    m->preempt = td_metrics_counter(r, "num_preemptions_total",
+                                    "Sequences preempted for lack of KV blocks (recomputed).",
+                                    NULL);
+    if (!m->running || !m->waiting || !m->kv_usage || !m->prompt || !m->gen || !m->step ||
+        !m->xfer_bytes || !m->recv_bytes || !m->xfer_s || !m->tail_s || !m->req_ok ||
+        !m->req_fail || !m->preempt)
+        return td_err_set(TD_ENOMEM, "out of memory");
+    return 0;
+}
+
+void td_wk_metrics_free(td_worker_t *w)
+{
+    td_metrics_free(w->m.reg);
+    w->m.reg = NULL;
+}
+
+static void http_metrics(td_http_req_t *r, void *ud)
+{
+    td_worker_t *w = ud;
+    Tandem__Load l = TANDEM__LOAD__INIT;
+    td_wk_fill_load(w, &l); /* refreshes the load gauges */
+    td_buf_t b;
+    td_buf_init(&b);
+    if (td_metrics_render(w->m.reg, &b) != 0)
+        td_http_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+    else
+        td_http_respond(r, 200, "text/plain; version=0.0.4", b.data ? b.data : "", b.len);
+    td_buf_free(&b);
+}
+
+static void http_health(td_http_req_t *r, void *ud)
+{
+    td_worker_t *w = ud;
+    bool any = false;
+    for (int i = 0; i < w->n_routers; i++)
+        any |= w->routers[i].conn != NULL;
+    char body[256];
+    int n = snprintf(body, sizeof(body),
+                     "{\"status\":\"%s\",\"role\":\"%s\",\"id\":\"%s\",\"routers_connected\":%s}",
+                     w->draining ? "draining" : "ok", w->role->name, w->cfg.id,
+                     any ? "true" : "false");
+    td_http_respond(r, w->draining ? 503 : 200, "application/json", body, (size_t)n);
+}
+
+int td_wk_admin_start(td_worker_t *w)
+{
+    td_http_opts_t ho = {.max_body = 1 << 16};
+    if (!(w->http = td_http_server_new(w->loop, &ho)) ||
+        td_http_route(w->http, "/metrics", http_metrics, w) ||
+        td_http_route(w->http, "/health", http_health, w))
+        return td_err_set(TD_ENOMEM, "out of memory");
+    return td_http_listen(w->http, w->cfg.http_listen);
+}
