@@ -254,6 +254,11 @@ static int parse_sampling(ctx_t *c, json_object *o, td_api_request_t *r, double 
     if (ids) {
         if (!json_object_is_type(ids, json_type_array))
             return fail(c, "stop_token_ids", TD_EINVAL, "'stop_token_ids' must be an array");
+        /* the sampler holds a fixed number: refuse more rather than drop some */
+        if (json_object_array_length(ids) > TD_API_MAX_STOP_IDS)
+            return fail(c, "stop_token_ids", TD_EINVAL,
+                        "'stop_token_ids' holds %zu ids; at most %d are allowed",
+                        json_object_array_length(ids), TD_API_MAX_STOP_IDS);
         if ((rc = get_ids(c, ids, "stop_token_ids", &r->stop_token_ids, &r->n_stop_token_ids)))
             return rc;
     }
@@ -487,6 +492,21 @@ int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_reques
         td_api_request_free(out);
     }
     return rc;
+}
+
+void td_api_sampling(const td_api_request_t *r, td_sampling_t *out)
+{
+    td_sampling_defaults(out);
+    out->temperature = (float)r->temperature;
+    out->top_k = r->top_k > 0 ? (int)r->top_k : 0;
+    out->top_p = (float)r->top_p;
+    out->min_p = (float)r->min_p;
+    out->ignore_eos = r->ignore_eos;
+    out->logprobs = r->logprobs ? (int)r->top_logprobs : -1;
+    TD_ASSERT(r->n_stop_token_ids <= TD_SAMPLER_MAX_STOP); /* td_api_parse refuses more */
+    for (size_t i = 0; i < r->n_stop_token_ids; i++)
+        out->stop_ids[i] = r->stop_token_ids[i];
+    out->n_stop = (int)r->n_stop_token_ids;
 }
 
 void td_api_request_free(td_api_request_t *r)

@@ -11,6 +11,7 @@
 #define TD_ROUTER_API_H
 
 #include "td_chat.h"
+#include "td_sampler.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,7 +25,8 @@ typedef enum td_api_kind {
 
 #define TD_API_MAX_STOP 16      /* stop strings per request */
 #define TD_API_MAX_N 16         /* choices per request */
-#define TD_API_MAX_LOGPROBS 20  /* top logprobs per token */
+#define TD_API_MAX_LOGPROBS TD_SAMPLER_MAX_LOGPROBS /* top logprobs per token */
+#define TD_API_MAX_STOP_IDS TD_SAMPLER_MAX_STOP      /* stop_token_ids per request */
 
 /* One prompt given as text or as token ids (completions accept either, several at once). */
 typedef struct td_api_prompt {
@@ -53,7 +55,7 @@ typedef struct td_api_request {
     int64_t seed;
     char **stop;                 /* [n_stop] stop strings */
     size_t n_stop;
-    int32_t *stop_token_ids;     /* [n_stop_token_ids] */
+    int32_t *stop_token_ids;     /* [n_stop_token_ids], at most TD_API_MAX_STOP_IDS */
     size_t n_stop_token_ids;
     bool ignore_eos;
     int64_t n;                   /* choices, >= 1 */
@@ -79,6 +81,12 @@ int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_reques
  * object) with td_err_msg saying which, TD_ENOMEM. */
 struct json_object;
 int td_api_parse_object(const char *body, size_t len, struct json_object **out);
+
+/* The engine's sampling settings a parsed request asks for (td_sampling_defaults, then
+ * temperature, top_k, top_p, min_p, stop_token_ids, ignore_eos, and logprobs: -1 unless asked,
+ * else top_logprobs). max_tokens and the seed depend on the prompt and the choice: the caller
+ * sets them. */
+void td_api_sampling(const td_api_request_t *r, td_sampling_t *out);
 
 /* Release what a request owns and zero it. */
 void td_api_request_free(td_api_request_t *r);

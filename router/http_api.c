@@ -1,6 +1,6 @@
 /* http_api.c: the router's HTTP API: OpenAI completions and chat completions, Anthropic messages
  * (whole and streamed), /v1/models, vLLM's /tokenize and /detokenize, /health and /metrics.
- * Requests become jobs (reqs.c); this file turns the job's events into response bytes with
+ * Requests become jobs (reqs_job.c); this file turns the job's events into response bytes with
  * response.c. */
 #include "router.h"
 
@@ -536,24 +536,9 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
     for (size_t i = 0; i < h->n_seqs; i++)
         td_buf_init(&h->ch[i].arena);
     td_job_t *j = h->job;
-    j->sp.temperature = (float)h->api.temperature;
-    j->sp.top_k = h->api.top_k > 0 ? (int32_t)h->api.top_k : 0;
-    j->sp.top_p = (float)h->api.top_p;
-    j->sp.min_p = (float)h->api.min_p;
-    j->sp.ignore_eos = h->api.ignore_eos;
-    j->sp.logprobs = h->api.logprobs ? (int32_t)h->api.top_logprobs : -1;
+    td_api_sampling(&h->api, &j->sp);
     size_t shortest_room = (size_t)rt->max_ctx - longest;
     j->sp.max_tokens = h->api.max_tokens > 0 ? (int32_t)h->api.max_tokens : (int32_t)shortest_room;
-    if (h->api.n_stop_token_ids) {
-        j->sp.stop_ids = td_calloc(h->api.n_stop_token_ids, sizeof(int32_t));
-        if (!j->sp.stop_ids) {
-            snprintf(msg, sizeof(msg), "out of memory");
-            status = 500;
-            goto fail;
-        }
-        memcpy(j->sp.stop_ids, h->api.stop_token_ids, h->api.n_stop_token_ids * sizeof(int32_t));
-        j->sp.n_stop_ids = h->api.n_stop_token_ids;
-    }
     uint64_t seed = h->api.has_seed           ? (uint64_t)h->api.seed
                     : h->api.temperature == 0 ? 0
                                               : td_router_random_seed();

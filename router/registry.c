@@ -1,10 +1,11 @@
 /* registry.c: the cluster listener and the worker registry. Workers connect, authenticate (td_rpc),
- * send Hello, then heartbeats; frames about requests go to reqs.c. A worker whose connection
+ * send Hello, then heartbeats; frames about requests go to reqs_worker.c. A worker whose connection
  * closes or whose heartbeats stop is out of rotation at once. */
 #include "router.h"
 
 #include "td_error.h"
 #include "td_log.h"
+#include "td_msg.h"
 #include "td_util.h"
 
 #include <stdio.h>
@@ -107,15 +108,10 @@ static const td_worker_t *reference(const td_router_t *rt, const char *model)
     return NULL;
 }
 
+/* Tell the peer why (an Error frame without a request id), then close its connection. */
 static void refuse(td_rpc_conn_t *c, int code, const char *msg)
 {
-    Tandem__Error e = TANDEM__ERROR__INIT;
-    e.code = code;
-    e.message = (char *)msg;
-    Tandem__Frame f = TANDEM__FRAME__INIT;
-    f.body_case = TANDEM__FRAME__BODY_ERROR;
-    f.error = &e;
-    td_rpc_send(c, &f);
+    td_msg_send_error(c, 0, code, msg);
     td_rpc_conn_close(c, code, msg);
 }
 

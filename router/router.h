@@ -1,13 +1,14 @@
 /* router.h: what the tandem-router daemon's parts share: the configuration, the worker registry
- * (registry.c), the request state machine (reqs.c) and the two front ends that feed it (http_api.c
- * for the OpenAI/Anthropic HTTP API, rpc_api.c for the internal protobuf RPC).
+ * (registry.c), the request state machine (reqs*.c) and the two front ends that feed it
+ * (http_api.c for the OpenAI/Anthropic HTTP API, rpc_api.c for the internal protobuf RPC).
  *
  * One request from a front end is a job; each choice of it (n > 1, several completions prompts)
  * is a sequence with its own router-unique id, placed on a decode worker and, unless prefilled
- * locally, a prefill worker. reqs.c owns every sequence's state and is the one place that decides
- * what happens when a worker fails or refuses: retry elsewhere, queue, or fail the job. It turns
- * the workers' token ids into text (incremental detokenization, stop strings) and hands the front
- * end per-token events through td_job_ops_t.
+ * locally, a prefill worker. The request state machine (its parts are listed in reqs_impl.h) owns
+ * every sequence's state and is the one place that decides what happens when a worker fails or
+ * refuses: retry elsewhere, queue, or fail the job. It turns the workers' token ids into text
+ * (incremental detokenization, stop strings) and hands the front end per-token events through
+ * td_job_ops_t.
  *
  * Threading: everything runs on the router's loop thread.
  */
@@ -23,6 +24,7 @@
 #include "td_http.h"
 #include "td_metrics.h"
 #include "td_rpc.h"
+#include "td_sampler.h"
 #include "td_tokenizer.h"
 
 #include <stdbool.h>
@@ -164,20 +166,6 @@ typedef struct td_job_ops {
     void (*fail)(td_job_t *j, int http_status, int code, const char *msg);
 } td_job_ops_t;
 
-/* Sampling settings of one sequence (the proto's Sampling, minus the seed per choice). */
-typedef struct td_sampling {
-    float temperature;
-    int32_t top_k;
-    float top_p;
-    float min_p;
-    uint64_t seed;      /* choice i gets seed + i */
-    int32_t max_tokens; /* > 0 */
-    int32_t *stop_ids;  /* [n_stop_ids], owned by the job */
-    size_t n_stop_ids;
-    bool ignore_eos;
-    int32_t logprobs; /* -1: none; else top alternatives 0..20 */
-} td_sampling_t;
-
 typedef enum td_seq_state {
     TD_SEQ_NEW,       /* not placed yet */
     TD_SEQ_WAITING,   /* in the waiting queue */
@@ -221,7 +209,9 @@ struct td_job {
     td_seq_t *seqs;  /* [n_seqs] */
     size_t n_seqs;
     size_t n_done;
-    td_sampling_t sp; /* shared by every sequence (seeds differ) */
+    td_sampling_t sp; /* the engine's settings, shared by every sequence: sp.seed is unused (each
+                         sequence has its own seed), sp.eos_id is left to the workers, and
+                         sp.max_tokens is > 0 (the front end derives it from the context) */
     char **stop;      /* [n_stop] stop strings, owned */
     size_t n_stop;
     size_t stop_max;  /* longest stop string, bytes */
@@ -251,7 +241,7 @@ void td_job_abort(td_job_t *j, int http_status, const char *msg);
 /* Release a job that was never started, or after done/fail. */
 void td_job_free(td_job_t *j);
 
-/* ---- reqs.c: called by the registry ---------------------------------------------------------- */
+/* ---- the request state machine (reqs*.c): called by the registry and main.c ------------------ */
 
 int td_reqs_init(td_router_t *rt);
 void td_reqs_close(td_router_t *rt);

@@ -5,6 +5,7 @@
 
 #include "td_error.h"
 #include "td_log.h"
+#include "td_msg.h"
 #include "td_util.h"
 
 #include <stdio.h>
@@ -31,20 +32,6 @@ struct rjob {
     td_buf_t text; /* text not yet sent */
     rjob_t *next, *prev;
 };
-
-static void send_error(td_rpc_conn_t *c, uint64_t id, int code, const char *msg)
-{
-    if (!c)
-        return;
-    Tandem__Error e = TANDEM__ERROR__INIT;
-    e.code = code;
-    e.message = (char *)msg;
-    e.request_id = id;
-    Tandem__Frame f = TANDEM__FRAME__INIT;
-    f.body_case = TANDEM__FRAME__BODY_ERROR;
-    f.error = &e;
-    td_rpc_send(c, &f);
-}
 
 static void lp_free(Tandem__TokenLogprob *lp)
 {
@@ -175,7 +162,7 @@ static void ev_fail(td_job_t *j, int status, int code, const char *msg)
 {
     rjob_t *r = j->ud;
     if (r->rc && status != 499)
-        send_error(r->rc->conn, r->client_id, code < 0 ? code : TD_EINTERNAL, msg);
+        td_msg_send_error(r->rc->conn, r->client_id, code < 0 ? code : TD_EINTERNAL, msg);
     rjob_free(r);
 }
 
@@ -233,9 +220,15 @@ static void on_generate(rconn_t *rc, const Tandem__GenerateRequest *g)
                  (long long)max_tokens);
         goto fail;
     }
-    if (sp && (sp->logprobs > TD_API_MAX_LOGPROBS || sp->logprobs < -1 || sp->temperature < 0)) {
-        snprintf(msg, sizeof(msg), "sampling: logprobs must be -1..%d and temperature >= 0",
-                 TD_API_MAX_LOGPROBS);
+    /* the one translation of the proto's settings; it refuses too many stop ids and logprobs
+     * out of range, naming the field */
+    td_sampling_t p;
+    if (td_msg_sampling_from_proto(sp, &p)) {
+        snprintf(msg, sizeof(msg), "%s", td_err_msg());
+        goto fail;
+    }
+    if (p.temperature < 0) {
+        snprintf(msg, sizeof(msg), "sampling.temperature: %g (must be >= 0)", p.temperature);
         goto fail;
     }
     r = td_calloc(1, sizeof(*r));
@@ -249,26 +242,9 @@ static void on_generate(rconn_t *rc, const Tandem__GenerateRequest *g)
     if (!r->job)
         goto oom;
     td_job_t *j = r->job;
-    if (sp) {
-        j->sp.temperature = sp->temperature;
-        j->sp.top_k = sp->top_k > 0 ? sp->top_k : 0;
-        j->sp.top_p = sp->top_p > 0 ? sp->top_p : 1;
-        j->sp.min_p = sp->min_p;
-        j->sp.ignore_eos = sp->ignore_eos;
-        j->sp.logprobs = sp->logprobs;
-        if (sp->n_stop_ids) {
-            j->sp.stop_ids = td_calloc(sp->n_stop_ids, sizeof(int32_t));
-            if (!j->sp.stop_ids)
-                goto oom;
-            memcpy(j->sp.stop_ids, sp->stop_ids, sp->n_stop_ids * sizeof(int32_t));
-            j->sp.n_stop_ids = sp->n_stop_ids;
-        }
-    } else {
-        j->sp.temperature = 0;
-        j->sp.logprobs = -1;
-    }
+    j->sp = p;
     j->sp.max_tokens = (int32_t)max_tokens;
-    if (td_job_set_prompt(j, 0, t.ids, t.len, sp ? sp->seed : 0) ||
+    if (td_job_set_prompt(j, 0, t.ids, t.len, p.seed) ||
         td_job_set_stop(j, g->stop, g->n_stop))
         goto oom;
     int src = td_job_start(j);
@@ -288,7 +264,7 @@ oom:
     snprintf(msg, sizeof(msg), "out of memory");
     code = TD_ENOMEM;
 fail:
-    send_error(rc->conn, g->request_id, code, msg);
+    td_msg_send_error(rc->conn, g->request_id, code, msg);
     if (r)
         rjob_free(r);
     td_tokens_free(&t);
@@ -324,7 +300,7 @@ static void on_tokenize(rconn_t *rc, const Tandem__TokenizeRequest *q)
         resp.ids = t.ids;
     }
     if (err) {
-        send_error(rc->conn, q->request_id, err, td_err_msg());
+        td_msg_send_error(rc->conn, q->request_id, err, td_err_msg());
     } else {
         Tandem__Frame f = TANDEM__FRAME__INIT;
         f.body_case = TANDEM__FRAME__BODY_TOKENIZE_RESPONSE;
@@ -341,7 +317,7 @@ static void on_status(rconn_t *rc, const Tandem__StatusRequest *q)
     if (q->drain_worker && *q->drain_worker) {
         int err = td_registry_drain(rt, q->drain_worker, !q->undrain);
         if (err) {
-            send_error(rc->conn, q->request_id, err, td_err_msg());
+            td_msg_send_error(rc->conn, q->request_id, err, td_err_msg());
             return;
         }
     }
@@ -350,7 +326,7 @@ static void on_status(rconn_t *rc, const Tandem__StatusRequest *q)
     Tandem__WorkerStatus **wp = td_calloc(n ? n : 1, sizeof(*wp));
     Tandem__Load *loads = td_calloc(n ? n : 1, sizeof(*loads));
     if (!ws || !wp || !loads) {
-        send_error(rc->conn, q->request_id, TD_ENOMEM, "out of memory");
+        td_msg_send_error(rc->conn, q->request_id, TD_ENOMEM, "out of memory");
         goto out;
     }
     double now = td_now_s();
@@ -412,7 +388,7 @@ static void c_frame(td_rpc_conn_t *c, const Tandem__Frame *f, void *ud)
     switch (f->body_case) {
     case TANDEM__FRAME__BODY_GENERATE:
         if (rc->rt->stopping) {
-            send_error(c, f->generate->request_id, TD_EBUSY, "the router is shutting down");
+            td_msg_send_error(c, f->generate->request_id, TD_EBUSY, "the router is shutting down");
             break;
         }
         on_generate(rc, f->generate);
@@ -429,7 +405,7 @@ static void c_frame(td_rpc_conn_t *c, const Tandem__Frame *f, void *ud)
     default: {
         char msg[128];
         snprintf(msg, sizeof(msg), "unexpected frame (%d) on the client RPC", (int)f->body_case);
-        send_error(c, 0, TD_EPROTO, msg);
+        td_msg_send_error(c, 0, TD_EPROTO, msg);
         break;
     }
     }

@@ -2,6 +2,7 @@
  * completions and Anthropic messages, including malformed bodies. */
 #include "api.h"
 #include "td_error.h"
+#include "td_util.h"
 #include "td_check.h"
 
 #include <check.h>
@@ -56,7 +57,40 @@ START_TEST(test_completions_full)
     ck_assert_int_eq(r.top_logprobs, 3);
     ck_assert_int_eq(r.n, 2);
     ck_assert_str_eq(r.user, "u1");
+    /* the engine's settings it asks for */
+    td_sampling_t sp;
+    td_api_sampling(&r, &sp);
+    ck_assert(sp.temperature == 0 && sp.top_k == 0 && sp.top_p == 0.9f && sp.min_p == 0.05f);
+    ck_assert_int_eq(sp.n_stop, 2);
+    ck_assert_int_eq(sp.stop_ids[0], 2);
+    ck_assert_int_eq(sp.stop_ids[1], 3);
+    ck_assert(sp.ignore_eos);
+    ck_assert_int_eq(sp.logprobs, 3);
+    ck_assert_int_eq(sp.eos_id, -1);
     td_api_request_free(&r);
+}
+END_TEST
+
+START_TEST(test_sampling_limits)
+{
+    /* as many stop token ids as the sampler holds: accepted, every one kept */
+    td_buf_t b;
+    td_buf_init(&b);
+    td_buf_append_str(&b, "{\"prompt\":\"x\",\"top_k\":5,\"stop_token_ids\":[");
+    for (int i = 0; i < TD_SAMPLER_MAX_STOP; i++)
+        td_buf_printf(&b, "%s%d", i ? "," : "", 100 + i);
+    td_buf_append_str(&b, "]}");
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS, b.data, &r, &param), 0);
+    td_sampling_t sp;
+    td_api_sampling(&r, &sp);
+    ck_assert_int_eq(sp.n_stop, TD_SAMPLER_MAX_STOP);
+    ck_assert_int_eq(sp.stop_ids[TD_SAMPLER_MAX_STOP - 1], 100 + TD_SAMPLER_MAX_STOP - 1);
+    ck_assert_int_eq(sp.top_k, 5);
+    ck_assert_int_eq(sp.logprobs, -1); /* not asked: no logprob records */
+    td_api_request_free(&r);
+    td_buf_free(&b);
 }
 END_TEST
 
@@ -114,6 +148,7 @@ static const struct bad {
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"stop\":[1]}", TD_EINVAL, "stop", "strings"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]}", TD_EINVAL, "stop", "at most 16"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"stop_token_ids\":3}", TD_EINVAL, "stop_token_ids", "array"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"stop_token_ids\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", TD_EINVAL, "stop_token_ids", "17 ids; at most 16"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"suffix\":\"y\"}", TD_ENOTSUP, "suffix", "not supported"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"best_of\":3}", TD_ENOTSUP, "best_of", "not supported"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"seed\":\"1\"}", TD_EINVAL, "seed", "integer"},
@@ -220,6 +255,7 @@ int main(void)
     tcase_add_test(tc, test_completions_full);
     tcase_add_test(tc, test_prompt_ids);
     tcase_add_test(tc, test_bad_requests);
+    tcase_add_test(tc, test_sampling_limits);
     tcase_add_test(tc, test_chat);
     tcase_add_test(tc, test_anthropic);
     tcase_add_test(tc, test_every_truncation_fails_cleanly);

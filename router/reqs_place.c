@@ -1,0 +1,246 @@
+/* reqs_place.c: placing sequences: choosing a decode worker (and, once it accepts, a prefill
+ * worker of the same KV layout) through the placement policy, and the FIFO of sequences waiting
+ * for a decode worker with room. */
+#include "reqs_impl.h"
+
+#include "td_error.h"
+#include "td_log.h"
+#include "td_msg.h"
+#include "td_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the waiting queue ------------------------------------------------------------------- */
+
+void td__reqs_wait_insert(td_router_t *rt, td_seq_t *s, bool at_head)
+{
+    s->n_tried = 0;
+    s->state = TD_SEQ_WAITING;
+    if (at_head) {
+        s->wprev = NULL;
+        s->wnext = rt->wait_head;
+        if (rt->wait_head)
+            rt->wait_head->wprev = s;
+        else
+            rt->wait_tail = s;
+        rt->wait_head = s;
+    } else {
+        s->wnext = NULL;
+        s->wprev = rt->wait_tail;
+        if (rt->wait_tail)
+            rt->wait_tail->wnext = s;
+        else
+            rt->wait_head = s;
+        rt->wait_tail = s;
+    }
+    rt->n_waiting++;
+    td_metric_set(rt->m_waiting_g, (double)rt->n_waiting);
+}
+
+void td__reqs_wait_del(td_router_t *rt, td_seq_t *s)
+{
+    if (s->state != TD_SEQ_WAITING)
+        return;
+    if (s->wprev)
+        s->wprev->wnext = s->wnext;
+    else
+        rt->wait_head = s->wnext;
+    if (s->wnext)
+        s->wnext->wprev = s->wprev;
+    else
+        rt->wait_tail = s->wprev;
+    s->wnext = s->wprev = NULL;
+    rt->n_waiting--;
+    s->state = TD_SEQ_NEW;
+    td_metric_set(rt->m_waiting_g, (double)rt->n_waiting);
+}
+
+/* ---- choosing workers ---------------------------------------------------------------------- */
+
+/* Whether decode worker w already refused s in this placement round. */
+static bool tried(const td_seq_t *s, const td_worker_t *w)
+{
+    for (size_t i = 0; i < s->n_tried; i++)
+        if (s->tried[i] == w->serial)
+            return true;
+    return false;
+}
+
+int td__reqs_add_tried(td_seq_t *s, const td_worker_t *w)
+{
+    if (s->n_tried == s->cap_tried) {
+        size_t cap = s->cap_tried ? s->cap_tried * 2 : 4;
+        uint64_t *t = td_reallocarray(s->tried, cap, sizeof(*t));
+        if (!t)
+            return TD_ENOMEM;
+        s->tried = t;
+        s->cap_tried = cap;
+    }
+    s->tried[s->n_tried++] = w->serial;
+    return 0;
+}
+
+/* Whether a and b registered the same KV layout fingerprint (KV blocks can move between them). */
+static bool fp_equal(const td_worker_t *a, const td_worker_t *b)
+{
+    return a->fp_len == b->fp_len && memcmp(a->fp, b->fp, a->fp_len) == 0;
+}
+
+/* Whether w is connected, heartbeating and not draining. */
+static bool live(const td_worker_t *w)
+{
+    return w->conn && w->load.alive && !w->load.draining;
+}
+
+td_worker_t *td__reqs_choose(td_router_t *rt, int role, const td_seq_t *s, const td_worker_t *pair,
+                             uint64_t amount)
+{
+    size_t n = 0;
+    td_worker_t **cand = td_calloc(rt->n_workers ? rt->n_workers : 1, sizeof(*cand));
+    td_place_load_t *loads = td_calloc(rt->n_workers ? rt->n_workers : 1, sizeof(*loads));
+    td_worker_t *out = NULL;
+    if (!cand || !loads)
+        goto out;
+    for (size_t i = 0; i < rt->n_workers; i++) {
+        td_worker_t *w = rt->workers[i];
+        if (w->role != role || !w->conn)
+            continue;
+        if (role == TANDEM__ROLE__ROLE_DECODE && tried(s, w))
+            continue;
+        if (pair && !fp_equal(w, pair))
+            continue;
+        cand[n] = w;
+        loads[n] = w->load;
+        n++;
+    }
+    if (!n)
+        goto out;
+    int k = role == TANDEM__ROLE__ROLE_DECODE
+                ? td_place_decode(&rt->placer, loads, n, (uint32_t)amount)
+                : td_place_prefill(&rt->placer, loads, n, amount);
+    if (k >= 0) {
+        out = cand[k];
+        out->load = loads[k];
+    }
+out:
+    free(cand);
+    free(loads);
+    return out;
+}
+
+/* Whether a live prefill worker shares decode worker `pair`'s layout (else prefill locally). */
+static bool any_prefill(const td_router_t *rt, const td_worker_t *pair)
+{
+    for (size_t i = 0; i < rt->n_workers; i++) {
+        const td_worker_t *w = rt->workers[i];
+        if (w->role == TANDEM__ROLE__ROLE_PREFILL && live(w) && fp_equal(w, pair))
+            return true;
+    }
+    return false;
+}
+
+/* KV blocks of w that s needs at most: prompt plus max_tokens. */
+static uint32_t blocks_for(const td_seq_t *s, const td_worker_t *w)
+{
+    uint64_t bt = w->block_tokens ? w->block_tokens : 16;
+    uint64_t need = s->n_prompt + (uint64_t)s->job->sp.max_tokens;
+    return (uint32_t)((need + bt - 1) / bt);
+}
+
+/* ---- placing ------------------------------------------------------------------------------- */
+
+int td__reqs_place(td_router_t *rt, td_seq_t *s)
+{
+    for (;;) {
+        td_worker_t *d = NULL;
+        /* blocks depend on the worker's block size: use the first candidate's (a cluster shares
+         * one layout, so they agree) */
+        uint32_t blocks = 0, largest = 0;
+        bool any = false;
+        for (size_t i = 0; i < rt->n_workers; i++) {
+            const td_worker_t *w = rt->workers[i];
+            if (w->role != TANDEM__ROLE__ROLE_DECODE || !w->conn)
+                continue;
+            if (!any)
+                blocks = blocks_for(s, w);
+            any = true;
+            largest = TD_MAX(largest, TD_MAX(w->total_blocks, w->load.total_blocks));
+        }
+        /* a sequence no decode pool can ever hold would wait for nothing */
+        if (any && largest && blocks > largest)
+            return td_err_set(TD_ERANGE,
+                              "the request needs %u KV blocks (prompt plus max_tokens) and the "
+                              "largest decode worker holds %u: lower max_tokens",
+                              blocks, largest);
+        d = td__reqs_choose(rt, TANDEM__ROLE__ROLE_DECODE, s, NULL, blocks);
+        if (!d)
+            return TD_ENOSPC;
+        s->id = rt->next_id++;
+        td__reqs_hash_add(rt, s);
+        s->dw = d;
+        s->pw = NULL;
+        s->got_prefill_done = false;
+        s->local = s->n_prompt <= rt->cfg.local_prefill_tokens || !any_prefill(rt, d);
+        Tandem__Sampling sp;
+        td_msg_sampling_to_proto(&s->job->sp, s->seed, &sp);
+        Tandem__DecodeTask t = TANDEM__DECODE_TASK__INIT;
+        t.request_id = s->id;
+        t.n_tokens = s->n_prompt;
+        t.tokens = s->prompt;
+        t.sampling = &sp;
+        t.local_prefill = s->local;
+        Tandem__Frame f = TANDEM__FRAME__INIT;
+        f.body_case = TANDEM__FRAME__BODY_DECODE_TASK;
+        f.decode_task = &t;
+        int rc = td__reqs_send(d, &f);
+        if (rc) {
+            /* the connection is going away: on_close will remove it; try another */
+            td__reqs_hash_del(rt, s);
+            s->dw = NULL;
+            if (td__reqs_add_tried(s, d))
+                return TD_ENOMEM;
+            continue;
+        }
+        d->assigned++;
+        s->state = TD_SEQ_ACCEPTING;
+        s->t_placed = td_now_s();
+        rt->n_running++;
+        td_metric_set(rt->m_running_g, (double)rt->n_running);
+        td_logf(TD_LOG_DEBUG, s->job->log_id, "seq %llu -> decode %s (%s prefill)",
+                (unsigned long long)s->id, d->id, s->local ? "local" : "remote");
+        return 0;
+    }
+}
+
+int td__reqs_place_or_wait(td_router_t *rt, td_seq_t *s, bool admit)
+{
+    int rc = td__reqs_place(rt, s);
+    if (rc == 0)
+        return 0;
+    if (rc != TD_ENOSPC)
+        return rc;
+    if (admit && rt->n_waiting >= rt->cfg.max_waiting)
+        return TD_EBUSY;
+    td__reqs_wait_insert(rt, s, false);
+    return 0;
+}
+
+/* Place waiting sequences in arrival order until one finds no worker (it stays at the head). */
+void td_reqs_kick(td_router_t *rt)
+{
+    if (rt->stopping && !rt->jobs)
+        return;
+    while (rt->wait_head) {
+        td_seq_t *s = rt->wait_head;
+        td__reqs_wait_del(rt, s);
+        int rc = td__reqs_place(rt, s);
+        if (rc == 0)
+            continue;
+        /* still nothing: back to the head of the queue, keep the order */
+        td__reqs_wait_insert(rt, s, true);
+        if (rc != TD_ENOSPC)
+            td__reqs_job_fail(s->job, rc == TD_ERANGE ? 400 : 500, rc, td_err_msg());
+        break;
+    }
+}

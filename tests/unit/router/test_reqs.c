@@ -1,0 +1,323 @@
+/* test_reqs.c: the request state machine (reqs*.c) against scripted workers over real td_rpc
+ * connections (router_fixture.h says why): a full decode worker makes the sequence try the next
+ * one; a worker lost before the client saw a token is replaced once; after tokens it fails naming
+ * the worker; abort cancels on both workers while the prefill runs; the request deadline; the
+ * waiting queue, its order and its limit. */
+#include "router_fixture.h"
+#include "td_check.h"
+
+#define DEC TANDEM__ROLE__ROLE_DECODE
+#define PRE TANDEM__ROLE__ROLE_PREFILL
+
+static bool prefill_tasks_1(void *arg)
+{
+    return ((fw_t *)arg)->prefill_tasks >= 1;
+}
+
+static bool got_token(void *arg)
+{
+    return ((rec_t *)arg)->tokens >= 1;
+}
+
+START_TEST(test_enospc_tries_next_decode)
+{
+    fx_t x;
+    fx_start(&x);
+    fw_t full, room;
+    fw_start(&x, &full, "d-full", DEC, FW_ENOSPC); /* registered first: round robin asks it first */
+    fw_start(&x, &room, "d-room", DEC, FW_ACCEPT);
+    room.tokens[0] = 0, room.tokens[1] = 1, room.n_tokens = 2, room.finish = true;
+    rec_t r;
+    ck_assert_int_eq(rec_start(&x, &r, 3), 0);
+    ck_assert(fx_run_until(&x, rec_ended_cond, &r, 5000));
+    ck_assert_msg(r.done, "job failed: %d %s", r.status, r.msg);
+    ck_assert_int_eq(full.decode_tasks, 1); /* asked once, refused */
+    ck_assert_int_eq(room.decode_tasks, 1); /* then the next one took it */
+    ck_assert_int_eq(room.task_first, 3);
+    ck_assert_str_eq(r.text, "ab");
+    ck_assert_int_eq(r.finishes, 1);
+    ck_assert_int_eq(r.why, TD_RESP_STOP);
+    ck_assert_uint_eq(x.rt.n_running, 0);
+    ck_assert_uint_eq(x.rt.n_waiting, 0);
+    fw_stop(&full);
+    fw_stop(&room);
+    fx_stop(&x);
+}
+END_TEST
+
+START_TEST(test_enospc_everywhere_waits)
+{
+    fx_t x;
+    fx_start(&x);
+    fw_t a, b;
+    fw_start(&x, &a, "d-a", DEC, FW_ENOSPC);
+    fw_start(&x, &b, "d-b", DEC, FW_ENOSPC);
+    rec_t r;
+    ck_assert_int_eq(rec_start(&x, &r, 3), 0);
+    ck_assert(fx_run_until(&x, fw_tasked_cond, &b, 5000));
+    fx_run_for(&x, 50);
+    /* both refused: it waits instead of failing, and each was asked only once this round */
+    ck_assert(!r.done && !r.failed);
+    ck_assert_uint_eq(x.rt.n_waiting, 1);
+    ck_assert_uint_eq(x.rt.n_running, 0);
+    ck_assert_int_eq(a.decode_tasks, 1);
+    ck_assert_int_eq(b.decode_tasks, 1);
+    /* room appears on d-b: the next kick places it there (d-a, still full, may be asked first) */
+    b.mode = FW_ACCEPT;
+    b.tokens[0] = 4, b.n_tokens = 1, b.finish = true;
+    td_reqs_kick(&x.rt);
+    ck_assert(fx_run_until(&x, rec_ended_cond, &r, 5000));
+    ck_assert_msg(r.done, "job failed: %s", r.msg);
+    ck_assert_str_eq(r.text, "e");
+    ck_assert_int_eq(b.decode_tasks, 2);
+    ck_assert_uint_eq(x.rt.n_waiting, 0);
+    fw_stop(&a);
+    fw_stop(&b);
+    fx_stop(&x);
+}
+END_TEST
+
+START_TEST(test_worker_gone_retries_once)
+{
+    fx_t x;
+    fx_start(&x);
+    fw_t d1, d2;
+    fw_start(&x, &d1, "d1", DEC, FW_HOLD);
+    fw_start(&x, &d2, "d2", DEC, FW_HOLD);
+    rec_t r;
+    ck_assert_int_eq(rec_start(&x, &r, 3), 0);
+    ck_assert(fx_run_until(&x, fw_tasked_cond, &d1, 5000));
+    ck_assert_int_eq(d2.decode_tasks, 0);
+    /* d1 dies before any token: the sequence moves to d2, the client sees nothing */
+    uint64_t first_id = d1.task_id;
+    fw_stop(&d1);
+    ck_assert(fx_run_until(&x, fw_tasked_cond, &d2, 5000));
+    ck_assert(!r.done && !r.failed);
+    ck_assert_int_eq(d2.task_first, 3);
+    ck_assert_uint_ne(d2.task_id, first_id); /* a new attempt has a new router id */
+    ck_assert_ptr_null(td_registry_find(&x.rt, "d1"));
+    /* d2 dies too: one retry only, so the job fails now, naming the worker */
+    fw_stop(&d2);
+    ck_assert(fx_run_until(&x, rec_ended_cond, &r, 5000));
+    ck_assert(r.failed);
+    ck_assert_int_eq(r.status, 503);
+    ck_assert_msg(strstr(r.msg, "decode worker d2 left"), "message: %s", r.msg);
+    ck_assert_uint_eq(x.rt.n_running, 0);
+    ck_assert_uint_eq(x.rt.n_waiting, 0);
+    fx_stop(&x);
+}
+END_TEST
+
+START_TEST(test_worker_gone_retry_succeeds)
+{
+    fx_t x;
+    fx_start(&x);
+    fw_t d1, d2;
+    fw_start(&x, &d1, "d1", DEC, FW_HOLD);
+    fw_start(&x, &d2, "d2", DEC, FW_ACCEPT);
+    d2.tokens[0] = 2, d2.tokens[1] = 3, d2.n_tokens = 2, d2.finish = true;
+    rec_t r;
+    ck_assert_int_eq(rec_start(&x, &r, 3), 0);
+    ck_assert(fx_run_until(&x, fw_tasked_cond, &d1, 5000));
+    fw_stop(&d1);
+    ck_assert(fx_run_until(&x, rec_ended_cond, &r, 5000));
+    ck_assert_msg(r.done, "job failed: %s", r.msg);
+    ck_assert_str_eq(r.text, "cd");
+    ck_assert_int_eq(d2.decode_tasks, 1);
+    fw_stop(&d2);
+    fx_stop(&x);
+}
+END_TEST
+
+START_TEST(test_worker_gone_after_tokens_fails)
+{
+    fx_t x;
+    fx_start(&x);
+    fw_t d1, d2;
+    fw_start(&x, &d1, "d1", DEC, FW_ACCEPT);
+    d1.tokens[0] = 0, d1.n_tokens = 1, d1.finish = false; /* one token, then silence */
+    fw_start(&x, &d2, "d2", DEC, FW_ACCEPT);
+    rec_t r;
+    ck_assert_int_eq(rec_start(&x, &r, 3), 0);
+    ck_assert(fx_run_until(&x, got_token, &r, 5000));
+    ck_assert_str_eq(r.text, "a");
+    fw_stop(&d1);
+    ck_assert(fx_run_until(&x, rec_ended_cond, &r, 5000));
+    /* the client already has text: no silent restart elsewhere */
+    ck_assert(r.failed);
+    ck_assert_int_eq(r.status, 503);
+    ck_assert_msg(strstr(r.msg, "decode worker d1 left while running the request"), "message: %s",
+                  r.msg);
+    ck_assert_int_eq(d2.decode_tasks, 0);
+    fw_stop(&d2);
+    fx_stop(&x);
+}
+END_TEST
+
+static bool both_canceled(void *arg)
+{
+    fw_t **w = arg;
+    return w[0]->cancels >= 1 && w[1]->cancels >= 1;
+}
+
+START_TEST(test_abort_cancels_both_workers)
+{
+    fx_t x;
+    fx_start(&x);
+    x.rt.cfg.local_prefill_tokens = 0; /* every prompt goes to a prefill worker */
+    fw_t d, p;
+    fw_start(&x, &d, "d1", DEC, FW_HOLD);
+    fw_start(&x, &p, "p1", PRE, FW_HOLD); /* never finishes the prefill */
+    rec_t r;
+    ck_assert_int_eq(rec_start(&x, &r, 3), 0);
+    ck_assert(fx_run_until(&x, prefill_tasks_1, &p, 5000));
+    uint64_t id = d.task_id;
+    ck_assert_uint_eq(p.task_id, id); /* one router id for both halves */
+    td_job_abort(r.job, 499, "the client went away");
+    ck_assert(!r.failed); /* reported from the loop, not inside the front end's call */
+    fw_t *both[2] = {&d, &p};
+    ck_assert(fx_run_until(&x, both_canceled, both, 5000));
+    ck_assert(fx_run_until(&x, rec_ended_cond, &r, 5000));
+    ck_assert_int_eq(d.cancels, 1);
+    ck_assert_int_eq(p.cancels, 1);
+    ck_assert_uint_eq(d.cancel_ids[0], id);
+    ck_assert_uint_eq(p.cancel_ids[0], id);
+    ck_assert(r.failed);
+    ck_assert_int_eq(r.status, 499);
+    ck_assert_int_eq(r.code, TD_ECANCELED);
+    ck_assert_str_eq(r.msg, "the client went away");
+    ck_assert_uint_eq(x.rt.n_running, 0);
+    fw_stop(&d);
+    fw_stop(&p);
+    fx_stop(&x);
+}
+END_TEST
+
+START_TEST(test_abort_after_prefill_done_cancels_decode_only)
+{
+    fx_t x;
+    fx_start(&x);
+    x.rt.cfg.local_prefill_tokens = 0;
+    fw_t d, p;
+    fw_start(&x, &d, "d1", DEC, FW_HOLD);
+    fw_start(&x, &p, "p1", PRE, FW_ACCEPT); /* answers PrefillDone at once */
+    rec_t r;
+    ck_assert_int_eq(rec_start(&x, &r, 3), 0);
+    ck_assert(fx_run_until(&x, prefill_tasks_1, &p, 5000));
+    fx_run_for(&x, 50); /* let PrefillDone arrive */
+    td_job_abort(r.job, 499, "gone");
+    ck_assert(fx_run_until(&x, rec_ended_cond, &r, 5000));
+    fx_run_for(&x, 50);
+    ck_assert_int_eq(d.cancels, 1);
+    ck_assert_int_eq(p.cancels, 0); /* the prefill worker holds nothing any more */
+    fw_stop(&d);
+    fw_stop(&p);
+    fx_stop(&x);
+}
+END_TEST
+
+static bool has_cancel(void *arg)
+{
+    return ((fw_t *)arg)->cancels >= 1;
+}
+
+START_TEST(test_deadline_504)
+{
+    fx_t x;
+    fx_start(&x);
+    x.rt.cfg.request_timeout_s = 5;
+    fw_t d;
+    fw_start(&x, &d, "d1", DEC, FW_HOLD);
+    rec_t r;
+    ck_assert_int_eq(rec_start(&x, &r, 3), 0);
+    ck_assert(fx_run_until(&x, fw_tasked_cond, &d, 5000));
+    td_reqs_sweep(&x.rt, td_now_s() + 1); /* before the deadline: nothing */
+    ck_assert(!r.failed && !r.done);
+    td_reqs_sweep(&x.rt, td_now_s() + 6);
+    ck_assert(r.failed);
+    ck_assert_int_eq(r.status, 504);
+    ck_assert_int_eq(r.code, TD_ETIMEDOUT);
+    ck_assert_msg(strstr(r.msg, "request_timeout_s"), "message: %s", r.msg);
+    ck_assert(fx_run_until(&x, has_cancel, &d, 5000));
+    ck_assert_uint_eq(d.cancel_ids[0], d.task_id);
+    fw_stop(&d);
+    fx_stop(&x);
+}
+END_TEST
+
+static bool ended_2(void *arg)
+{
+    rec_t *r = arg;
+    return rec_ended_cond(&r[0]) && rec_ended_cond(&r[1]);
+}
+
+START_TEST(test_waiting_queue_order_and_limit)
+{
+    fx_t x;
+    fx_start(&x);
+    x.rt.cfg.max_waiting = 2;
+    rec_t r[3];
+    /* no decode worker: sequences wait, up to max_waiting */
+    ck_assert_int_eq(rec_start(&x, &r[0], 3), 0);
+    ck_assert_int_eq(rec_start(&x, &r[1], 4), 0);
+    ck_assert_uint_eq(x.rt.n_waiting, 2);
+    /* the queue is full: the front end answers 503 (http_api.c maps TD_EBUSY); no event ran */
+    ck_assert_int_eq(rec_start(&x, &r[2], 0), TD_EBUSY);
+    ck_assert_msg(strstr(td_err_msg(), "2 requests are already waiting"), "%s", td_err_msg());
+    ck_assert(!r[2].failed && !r[2].done);
+    ck_assert_uint_eq(x.rt.n_waiting, 2);
+    ck_assert_uint_eq(x.rt.n_jobs, 2);
+    /* a decode worker registers: the waiting sequences go to it in arrival order */
+    fw_t d;
+    fw_connect(&x, &d, "d1", DEC, "fp-layout-A", FW_HOLD);
+    ck_assert(fx_run_until(&x, fw_tasked_cond, &d, 5000));
+    fx_run_for(&x, 50);
+    ck_assert_int_eq(d.decode_tasks, 2);
+    ck_assert_int_eq(d.firsts[0], 3);
+    ck_assert_int_eq(d.firsts[1], 4);
+    ck_assert_uint_eq(x.rt.n_waiting, 0);
+    ck_assert_uint_eq(x.rt.n_running, 2);
+    td_reqs_abort_all(&x.rt, "done");
+    ck_assert(ended_2(r));
+    fw_stop(&d);
+    fx_stop(&x);
+}
+END_TEST
+
+START_TEST(test_shutdown_refuses_new_jobs)
+{
+    fx_t x;
+    fx_start(&x);
+    x.rt.stopping = true;
+    rec_t r;
+    ck_assert_int_eq(rec_start(&x, &r, 3), TD_EBUSY);
+    ck_assert_msg(strstr(td_err_msg(), "shutting down"), "%s", td_err_msg());
+    ck_assert_uint_eq(x.rt.n_jobs, 0);
+    x.rt.stopping = false;
+    fx_stop(&x);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("reqs");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_enospc_tries_next_decode);
+    tcase_add_test(tc, test_enospc_everywhere_waits);
+    tcase_add_test(tc, test_worker_gone_retries_once);
+    tcase_add_test(tc, test_worker_gone_retry_succeeds);
+    tcase_add_test(tc, test_worker_gone_after_tokens_fails);
+    tcase_add_test(tc, test_abort_cancels_both_workers);
+    tcase_add_test(tc, test_abort_after_prefill_done_cancels_decode_only);
+    tcase_add_test(tc, test_deadline_504);
+    tcase_add_test(tc, test_waiting_queue_order_and_limit);
+    tcase_add_test(tc, test_shutdown_refuses_new_jobs);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return td_check_run(suite());
+}
