@@ -156,8 +156,8 @@ static void on_hello(td_router_t *rt, td_cluster_conn_t *cc, const Tandem__Hello
             td_rpc_conn_close(oc, TD_ECLOSED, "replaced by a new connection with the same id");
     }
     const char *model = h->model ? h->model : "";
-    const char *base = strrchr(rt->cfg.model, '/');
-    base = base && base[1] ? base + 1 : rt->cfg.model;
+    char base[256];
+    td_path_basename(rt->cfg.model, base, sizeof(base));
     if (*model && strcmp(model, rt->model_name) != 0 && strcmp(model, base) != 0 &&
         strcmp(model, rt->cfg.model) != 0)
         td_logf(TD_LOG_WARN, NULL,
