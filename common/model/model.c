@@ -37,18 +37,11 @@ static int map_file(td__loader_t *L, const char *path, td_mmap_t **out)
 /* Shards named by model.safetensors.index.json's weight_map, each mapped once. */
 static int open_sharded(td__loader_t *L, const char *dir, const char *index_path)
 {
-    char *text;
-    size_t len;
-    int rc = td_file_read_all(index_path, &text, &len);
+    json_object *o;
+    int rc = td__json_read(index_path, &o);
     if (rc)
         return rc;
-    json_tokener *tok = json_tokener_new();
-    json_object *o = tok ? json_tokener_parse_ex(tok, text, (int)len) : NULL;
-    bool ok = tok && json_tokener_get_error(tok) == json_tokener_success;
-    if (tok)
-        json_tokener_free(tok);
-    free(text);
-    json_object *wm = ok ? td__jget(o, "weight_map") : NULL;
+    json_object *wm = td__jget(o, "weight_map");
     if (!wm || !json_object_is_type(wm, json_type_object)) {
         json_object_put(o);
         return td_err_set(TD_EPARSE, "%s: no \"weight_map\" object", index_path);

@@ -98,10 +98,11 @@ static int parse_rope_scaling(td__loader_t *L, json_object *rs, td_model_cfg_t *
     return 0;
 }
 
-int td__config_json(td__loader_t *L, const char *path)
+int td__json_read(const char *path, json_object **out)
 {
     char *text;
     size_t len;
+    *out = NULL;
     int rc = td_file_read_all(path, &text, &len);
     if (rc)
         return rc;
@@ -111,7 +112,21 @@ int td__config_json(td__loader_t *L, const char *path)
     if (tok)
         json_tokener_free(tok);
     free(text);
-    if (!o || !ok || !json_object_is_type(o, json_type_object)) {
+    if (!ok) {
+        json_object_put(o);
+        o = NULL;
+    }
+    *out = o;
+    return 0;
+}
+
+int td__config_json(td__loader_t *L, const char *path)
+{
+    json_object *o;
+    int rc = td__json_read(path, &o);
+    if (rc)
+        return rc;
+    if (!o || !json_object_is_type(o, json_type_object)) {
         json_object_put(o);
         return td_err_set(TD_EPARSE, "%s: not a JSON object", path);
     }

@@ -1,5 +1,5 @@
-/* model_digest.c: the model's digest, which KV layouts and peers compare to know two processes
- * run the same weights. */
+/* model_digest.c: the model's digest. It enters the KV layout's fingerprint, which workers compare
+ * before they exchange blocks, and td_engine_step checks that a pool was laid out for its model. */
 #include "model_impl.h"
 #include "td_error.h"
 

@@ -108,6 +108,9 @@ int td__config_gguf(td__loader_t *L);
 /* Sanity of the hyperparameters, so the forward pass can trust them: TD_EPARSE otherwise. */
 int td__config_check(td__loader_t *L);
 
+/* Read and parse the JSON file `path`: *out is its value (the caller puts it), or NULL when it is
+ * not valid JSON. 0, or the error of reading the file. */
+int td__json_read(const char *path, json_object **out);
 /* JSON field `k` of object o, or NULL when o is NULL or the field is absent or null. */
 json_object *td__jget(json_object *o, const char *k);
 /* Integer field in [0, 2^30] (a list: its first element); absent: `def`, or TD_EPARSE when

@@ -46,11 +46,11 @@ size_t td_dtype_row_bytes(td_dtype_t t, int64_t cols);
 void td_mat_row_f32(const td_mat_t *m, int64_t r, float *out);
 
 typedef enum td_arch {
-    TD_ARCH_LLAMA = 0, /* Llama 2/3, Mistral */
-    TD_ARCH_QWEN2,     /* llama + q/k/v bias */
-    TD_ARCH_QWEN3,     /* llama + per-head q/k RMSNorm */
-    TD_ARCH_DEEPSEEK_V2,
-    TD_ARCH_DEEPSEEK_V3,
+    TD_ARCH_LLAMA = 0,   /* Llama 2/3, Mistral */
+    TD_ARCH_QWEN2,       /* llama + q/k/v bias */
+    TD_ARCH_QWEN3,       /* llama + per-head q/k RMSNorm */
+    TD_ARCH_DEEPSEEK_V2, /* MLA + DeepSeekMoE */
+    TD_ARCH_DEEPSEEK_V3, /* MLA + DeepSeekMoE (GGUF: told from V2 by the gating function) */
     TD_ARCH_COUNT_
 } td_arch_t;
 
