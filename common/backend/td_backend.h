@@ -1,6 +1,6 @@
 /* td_backend.h: the compute backend interface: a struct of function pointers the engine's forward
- * passes call for every heavy operation. The CPU backend (common/cpu/) is always built; a CUDA
- * backend implements the same table.
+ * passes call for every heavy operation. The CPU backend (common/backend/cpu/) is the only one;
+ * another would fill the same table from a folder of its own.
  *
  * All activations are fp32, row-major, with an explicit leading dimension (`*_ld`, in floats) so
  * an operation can read or write a column range of a wider buffer. Weights are td_mat_t in their
@@ -64,6 +64,10 @@ struct td_backend {
                      const td_kv_pool_t *pool, int layer, int n_heads, int kv_rank, int rope_dim,
                      float scale);
 };
+
+/* The widest head (attn_gqa's head_dim) or latent (attn_mla's kv_rank) the CPU backend's attention
+ * accumulates, in floats. */
+#define TD_CPU_MAX_HEAD 4096
 
 /* The CPU backend with `n_threads` threads (>= 1, the caller's thread included). NULL on OOM. */
 td_backend_t *td_cpu_backend_create(int n_threads);

@@ -1,5 +1,6 @@
 /* engine.c: engine lifecycle, RoPE frequency tables, and the step: batch flattening, block
- * reservation, embedding, the architecture's forward, the output norm and the LM head. */
+ * reservation, embedding, the architecture's forward (from the table in engine_arch.c), the output
+ * norm and the LM head. */
 #include "engine_impl.h"
 #include "td_error.h"
 
@@ -7,17 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool is_mla(const td_model_cfg_t *c)
-{
-    return c->arch == TD_ARCH_DEEPSEEK_V2 || c->arch == TD_ARCH_DEEPSEEK_V3;
-}
-
-/* YaRN's attention temperature: 0.1 * mscale * ln(factor) + 1 for factor > 1. */
-static double yarn_get_mscale(double factor, double mscale)
+double td__yarn_mscale(double factor, double mscale)
 {
     return factor <= 1 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
 }
 
+float td__yarn_mscale_ratio(const td_model_cfg_t *c)
+{
+    double f = c->rope_factor;
+    return (float)(td__yarn_mscale(f, c->yarn_mscale) / td__yarn_mscale(f, c->yarn_mscale_all_dim));
+}
+
+/* The rotary dimension whose frequency turns `rotations` times over max_pos positions: the bounds
+ * of YaRN's ramp between interpolated and original frequencies. */
 static double yarn_correction_dim(double rotations, int dim, double base, int max_pos)
 {
     return dim * log(max_pos / (rotations * 2 * M_PI)) / (2 * log(base));
@@ -29,7 +32,6 @@ static void rope_tables(td_engine_t *e)
     const td_model_cfg_t *c = &e->m->cfg;
     int d = c->rope_dim, half = d / 2;
     double f = c->rope_factor;
-    e->rope_mscale = 1.0f;
     for (int i = 0; i < half; i++) {
         double freq = (float)(1.0 / pow(c->rope_theta, (double)(2 * i) / d));
         switch (c->rope_scaling) {
@@ -70,35 +72,24 @@ static void rope_tables(td_engine_t *e)
             freq /= e->m->rope_freqs[i];
         e->inv_freq[i] = (float)freq;
     }
-    if (c->rope_scaling == TD_ROPE_YARN) {
-        if (is_mla(c) || c->yarn_mscale_all_dim != 0)
-            e->rope_mscale = (float)(yarn_get_mscale(f, c->yarn_mscale) /
-                                     yarn_get_mscale(f, c->yarn_mscale_all_dim));
-        else
-            e->rope_mscale = (float)yarn_get_mscale(f, 1.0);
-    }
-    if (is_mla(c)) {
-        double s = 1.0 / sqrt((double)(c->qk_nope_dim + c->qk_rope_dim));
-        if (c->rope_scaling == TD_ROPE_YARN && c->yarn_mscale_all_dim != 0) {
-            double ms = yarn_get_mscale(f, c->yarn_mscale_all_dim);
-            s *= ms * ms; /* the softmax scale takes YaRN's mscale squared */
-        }
-        e->attn_scale = (float)s;
-    } else {
-        e->attn_scale = (float)(1.0 / sqrt((double)c->head_dim));
-    }
 }
 
 int td_engine_create(const td_model_t *m, const td_engine_opts_t *opts, td_engine_t **out)
 {
     *out = NULL;
     const td_model_cfg_t *c = &m->cfg;
-    if ((is_mla(c) ? c->kv_lora_rank : c->head_dim) > 4096)
-        return td_err_set(TD_ENOTSUP, "%s: head width beyond the CPU backend's 4096", m->path);
+    const td__arch_t *arch = td__arch_find(c->arch);
+    if (!arch)
+        return td_err_set(TD_ENOTSUP, "%s: no forward for architecture %s", m->path,
+                          td_arch_name(c->arch));
+    if (arch->head_width(c) > TD_CPU_MAX_HEAD)
+        return td_err_set(TD_ENOTSUP, "%s: head width beyond the CPU backend's %d", m->path,
+                          TD_CPU_MAX_HEAD);
     td_engine_t *e = td_calloc(1, sizeof(*e));
     if (!e)
         return td_err_set(TD_ENOMEM, "out of memory");
     e->m = m;
+    e->arch = arch;
     e->inv_freq = td_calloc((size_t)c->rope_dim / 2 + 1, sizeof(float));
     e->be = td_cpu_backend_create(opts && opts->n_threads > 0 ? opts->n_threads : 1);
     if (!e->inv_freq || !e->be) {
@@ -106,6 +97,8 @@ int td_engine_create(const td_model_t *m, const td_engine_opts_t *opts, td_engin
         return td_err_set(TD_ENOMEM, "out of memory creating the engine");
     }
     rope_tables(e);
+    e->rope_mscale = arch->rope_mscale(c);
+    e->attn_scale = arch->attn_scale(c);
     *out = e;
     return 0;
 }
@@ -187,8 +180,7 @@ int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int
     td_attn_tok_t *toks = td_calloc((size_t)T, sizeof(td_attn_tok_t));
     int rc = 0;
     size_t H = (size_t)c->hidden, V = (size_t)c->vocab_size;
-    size_t need = T * H + (size_t)n_out * (H + V) + 64 +
-                  (is_mla(c) ? td__deepseek_scratch(c, T) : td__llama_scratch(c, T));
+    size_t need = T * H + (size_t)n_out * (H + V) + 64 + e->arch->scratch(c, T);
     if (!tokens || !pos || !toks) {
         rc = td_err_set(TD_ENOMEM, "out of memory for a step of %d tokens", T);
         goto out;
@@ -211,10 +203,7 @@ int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int
     for (int t = 0; t < T; t++)
         td_mat_row_f32(&e->m->tok_embd, tokens[t], x + t * H);
 
-    if (is_mla(c))
-        td__deepseek_forward(e, &s, x);
-    else
-        td__llama_forward(e, &s, x);
+    e->arch->forward(e, &s, x);
 
     if (n_out) {
         float *h = td__scratch(e, (size_t)n_out * H);      /* [n_out][hidden] last tokens */

@@ -19,7 +19,8 @@
 #include <math.h>
 #include <string.h>
 
-size_t td__deepseek_scratch(const td_model_cfg_t *c, int T)
+/* Floats of scratch for T tokens: the buffers of forward(), each padded by td__scratch. */
+static size_t scratch(const td_model_cfg_t *c, int T)
 {
     size_t H = (size_t)c->hidden, nh = (size_t)c->n_heads, r = (size_t)c->kv_lora_rank;
     size_t qk = (size_t)(c->qk_nope_dim + c->qk_rope_dim);
@@ -116,7 +117,8 @@ static void route(const td_model_cfg_t *c, const float *bias, float *scores, int
         wts[k] = (c->norm_topk_prob ? wts[k] / (sum + 1e-20f) : wts[k]) * c->routed_scale;
 }
 
-void td__deepseek_forward(td_engine_t *e, const td__step_t *s, float *x)
+/* The transformer body over the step's tokens, x [T][hidden] in place (engine_impl.h). */
+static void forward(td_engine_t *e, const td__step_t *s, float *x)
 {
     const td_model_cfg_t *c = &e->m->cfg;
     td_backend_t *B = e->be;
@@ -222,3 +224,36 @@ void td__deepseek_forward(td_engine_t *e, const td__step_t *s, float *x)
         B->add(B, x, y, (size_t)T * H);
     }
 }
+
+/* 1/sqrt(qk_nope + qk_rope); with YaRN and mscale_all_dim, times mscale(factor, mscale_all_dim)
+ * squared, as DeepSeek's softmax_scale. */
+static float attn_scale(const td_model_cfg_t *c)
+{
+    double s = 1.0 / sqrt((double)(c->qk_nope_dim + c->qk_rope_dim));
+    if (c->rope_scaling == TD_ROPE_YARN && c->yarn_mscale_all_dim != 0) {
+        double ms = td__yarn_mscale(c->rope_factor, c->yarn_mscale_all_dim);
+        s *= ms * ms; /* the softmax scale takes YaRN's mscale squared */
+    }
+    return (float)s;
+}
+
+/* YaRN's factor in DeepSeek's ratio form; 1 without YaRN. */
+static float rope_mscale(const td_model_cfg_t *c)
+{
+    return c->rope_scaling == TD_ROPE_YARN ? td__yarn_mscale_ratio(c) : 1.0f;
+}
+
+/* Absorbed attention accumulates one head's latent of kv_lora_rank values. */
+static int head_width(const td_model_cfg_t *c)
+{
+    return c->kv_lora_rank;
+}
+
+const td__arch_t td__arch_deepseek = {
+    .name = "deepseek",
+    .scratch = scratch,
+    .forward = forward,
+    .attn_scale = attn_scale,
+    .rope_mscale = rope_mscale,
+    .head_width = head_width,
+};

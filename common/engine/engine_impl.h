@@ -1,5 +1,6 @@
 /* engine_impl.h: what the engine's files share: the engine, the per-step state that forward passes
- * read, and the scratch arena. */
+ * read, the scratch arena, and the architecture table (engine_arch.c) whose rows are defined by
+ * one file per family (engine_llama.c, engine_deepseek.c). */
 #ifndef TD_ENGINE_IMPL_H
 #define TD_ENGINE_IMPL_H
 
@@ -14,8 +15,11 @@ typedef struct td__step {
     td_kv_pool_t *pool;
 } td__step_t;
 
+typedef struct td__arch td__arch_t;
+
 struct td_engine {
     const td_model_t *m;
+    const td__arch_t *arch; /* the row of m's architecture, looked up at td_engine_create */
     bool is_sim;       /* the simulated engine (sim.c): no backend, no math */
     td_sim_opts_t sim; /* its latency model */
     td_backend_t *be;
@@ -34,13 +38,34 @@ int td__sim_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int n
 /* Take n floats from the arena (valid until the next step). Never fails: sized beforehand. */
 float *td__scratch(td_engine_t *e, size_t n);
 
-/* Floats of scratch one forward needs for T tokens. */
-size_t td__llama_scratch(const td_model_cfg_t *c, int T);
-size_t td__deepseek_scratch(const td_model_cfg_t *c, int T);
+/* What the engine does differently for one family of architectures: a row of the table. */
+struct td__arch {
+    const char *name; /* the family, for messages */
+    /* Floats of scratch one forward needs for T tokens (td__scratch's total, with alignment). */
+    size_t (*scratch)(const td_model_cfg_t *c, int T);
+    /* The transformer body: x [T][hidden] embeddings in, final hidden states (before the output
+     * norm) out, in place. Stores the step's tokens in the KV cache. */
+    void (*forward)(td_engine_t *e, const td__step_t *s, float *x);
+    /* Softmax scale of attention (1/sqrt of the q.k width, with any YaRN correction). */
+    float (*attn_scale)(const td_model_cfg_t *c);
+    /* Multiplier of RoPE's cos and sin: YaRN's attention factor, 1 without YaRN. */
+    float (*rope_mscale)(const td_model_cfg_t *c);
+    /* Widest per-head row attention accumulates (head_dim, or MLA's latent rank), which the
+     * backend bounds by TD_CPU_MAX_HEAD. */
+    int (*head_width)(const td_model_cfg_t *c);
+};
 
-/* The transformer body: x [T][hidden] embeddings in, final hidden states (before the output
- * norm) out, in place. */
-void td__llama_forward(td_engine_t *e, const td__step_t *s, float *x);
-void td__deepseek_forward(td_engine_t *e, const td__step_t *s, float *x);
+/* The row for architecture `a`, or NULL when the engine cannot run it. */
+const td__arch_t *td__arch_find(td_arch_t a);
+
+extern const td__arch_t td__arch_llama;
+extern const td__arch_t td__arch_deepseek;
+
+/* YaRN's attention temperature for a context extended `factor` times: 0.1 * mscale * ln(factor)
+ * + 1 for factor > 1, else 1. */
+double td__yarn_mscale(double factor, double mscale);
+/* YaRN's RoPE multiplier as DeepSeek writes it: mscale(factor, yarn_mscale) over
+ * mscale(factor, yarn_mscale_all_dim). */
+float td__yarn_mscale_ratio(const td_model_cfg_t *c);
 
 #endif

@@ -3,13 +3,17 @@
  * h = rmsnorm(x); then x += Wdown (silu(Wgate h) * Wup h) with h = rmsnorm(x). */
 #include "engine_impl.h"
 
-size_t td__llama_scratch(const td_model_cfg_t *c, int T)
+#include <math.h>
+
+/* Floats of scratch for T tokens: the seven buffers of forward(), each padded by td__scratch. */
+static size_t scratch(const td_model_cfg_t *c, int T)
 {
     size_t H = (size_t)c->hidden, q = (size_t)c->n_heads * c->head_dim;
     size_t kv = 2 * (size_t)c->n_kv_heads * c->head_dim;
     return (size_t)T * (H + q + kv + q + H + 2 * (size_t)c->inter) + 8 * 16;
 }
 
+/* y[t][i] += b[i] for T rows of n values (row stride ld); nothing when b is NULL. */
 static void add_bias(float *y, int ld, int T, const float *b, int n)
 {
     if (!b)
@@ -19,7 +23,8 @@ static void add_bias(float *y, int ld, int T, const float *b, int n)
             y[(size_t)t * ld + i] += b[i];
 }
 
-void td__llama_forward(td_engine_t *e, const td__step_t *s, float *x)
+/* The transformer body over the step's tokens, x [T][hidden] in place (engine_impl.h). */
+static void forward(td_engine_t *e, const td__step_t *s, float *x)
 {
     const td_model_cfg_t *c = &e->m->cfg;
     td_backend_t *B = e->be;
@@ -69,3 +74,34 @@ void td__llama_forward(td_engine_t *e, const td__step_t *s, float *x)
         B->add(B, x, y, (size_t)T * H);
     }
 }
+
+/* 1/sqrt(head_dim). */
+static float attn_scale(const td_model_cfg_t *c)
+{
+    return (float)(1.0 / sqrt((double)c->head_dim));
+}
+
+/* YaRN's factor: DeepSeek's ratio form when mscale_all_dim is given, else mscale(factor, 1). */
+static float rope_mscale(const td_model_cfg_t *c)
+{
+    if (c->rope_scaling != TD_ROPE_YARN)
+        return 1.0f;
+    if (c->yarn_mscale_all_dim != 0)
+        return td__yarn_mscale_ratio(c);
+    return (float)td__yarn_mscale(c->rope_factor, 1.0);
+}
+
+/* Attention accumulates one head of head_dim values. */
+static int head_width(const td_model_cfg_t *c)
+{
+    return c->head_dim;
+}
+
+const td__arch_t td__arch_llama = {
+    .name = "llama",
+    .scratch = scratch,
+    .forward = forward,
+    .attn_scale = attn_scale,
+    .rope_mscale = rope_mscale,
+    .head_width = head_width,
+};

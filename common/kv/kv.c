@@ -16,10 +16,9 @@ int td_kv_layout_init(td_kv_layout_t *l, const td_model_t *m, int block_size)
     l->dtype = TD_DTYPE_F32;
     l->block_size = block_size;
     l->n_layers = c->n_layers;
-    if (c->arch == TD_ARCH_DEEPSEEK_V2 || c->arch == TD_ARCH_DEEPSEEK_V3)
-        l->token_floats = c->kv_lora_rank + c->qk_rope_dim;
-    else
-        l->token_floats = 2 * c->n_kv_heads * c->head_dim;
+    const td_arch_desc_t *arch = td_arch_desc(c->arch);
+    TD_ASSERT(arch); /* a loaded model's architecture has a row */
+    l->token_floats = arch->kv_token_floats(c);
     l->layer_bytes = (size_t)block_size * (size_t)l->token_floats * sizeof(float);
     l->block_bytes = (size_t)l->n_layers * l->layer_bytes;
     /* fingerprint over a fixed little-endian encoding, not the struct (padding) */

@@ -46,11 +46,12 @@ size_t td_dtype_row_bytes(td_dtype_t t, int64_t cols);
 void td_mat_row_f32(const td_mat_t *m, int64_t r, float *out);
 
 typedef enum td_arch {
-    TD_ARCH_LLAMA = 0, /* Llama 2/3, Mistral */
-    TD_ARCH_QWEN2,     /* llama + q/k/v bias */
-    TD_ARCH_QWEN3,     /* llama + per-head q/k RMSNorm */
-    TD_ARCH_DEEPSEEK_V2,
-    TD_ARCH_DEEPSEEK_V3,
+    TD_ARCH_LLAMA = 0,   /* Llama 2/3, Mistral */
+    TD_ARCH_QWEN2,       /* llama + q/k/v bias */
+    TD_ARCH_QWEN3,       /* llama + per-head q/k RMSNorm */
+    TD_ARCH_DEEPSEEK_V2, /* MLA + DeepSeekMoE */
+    TD_ARCH_DEEPSEEK_V3, /* MLA + DeepSeekMoE (GGUF: told from V2 by the gating function) */
+    TD_ARCH_COUNT_
 } td_arch_t;
 
 typedef enum td_rope_scaling {
@@ -172,7 +173,21 @@ int td_model_load(const char *path, td_model_t **out);
 /* Release the model and its mappings. NULL is allowed. */
 void td_model_free(td_model_t *m);
 
-/* "llama", "qwen2", ... Never NULL. */
+/* "llama", "qwen2", ... Never NULL ("unknown" for a value outside td_arch_t). */
 const char *td_arch_name(td_arch_t a);
+
+/* What modules other than the loader need to know of an architecture, so that they never test
+ * td_arch_t values themselves. One row per td_arch_t (common/model/model_arch.c). */
+typedef struct td_arch_desc {
+    const char *name; /* as td_arch_name */
+    bool kv_latent;   /* the KV cache holds MLA's compressed latent per token,
+                         [kv_lora_rank | qk_rope_dim], instead of [K heads | V heads] */
+    /* Values (fp32) per token per layer in the KV cache: 2 * n_kv_heads * head_dim, or
+     * kv_lora_rank + qk_rope_dim for an MLA latent. */
+    int (*kv_token_floats)(const td_model_cfg_t *c);
+} td_arch_desc_t;
+
+/* The description of `a`, or NULL when a is not a td_arch_t value (a loaded model's never is). */
+const td_arch_desc_t *td_arch_desc(td_arch_t a);
 
 #endif

@@ -12,7 +12,7 @@
 #define SCRATCH_FLOATS                                                                             \
     65536             /* per-thread dequantisation buffer: rows are converted in chunks;           \
                         a multiple of 2 x 128 so chunks keep Q8_0 and FP8 blocks whole */
-#define MAX_HEAD 4096 /* largest head width / latent rank attention accumulates */
+#define MAX_HEAD TD_CPU_MAX_HEAD /* largest head width / latent rank attention accumulates */
 
 typedef struct cpu {
     td_cpu_pool_t *pool;
