@@ -57,9 +57,20 @@ static int pool_setup(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks, vo
     size_t bytes = TD_ALIGN_UP((size_t)n_blocks * l->block_bytes, (size_t)64);
     p->borrowed = mem != NULL;
     p->mem = mem ? mem : aligned_alloc(64, bytes);
-    p->free_ids = td_calloc((size_t)n_blocks, sizeof(int32_t));
-    p->refs = td_calloc((size_t)n_blocks, sizeof(int32_t));
-    if (!p->mem || !p->free_ids || !p->refs) {
+    size_t nb = (size_t)n_blocks;
+    p->n_buckets = 1;
+    while (p->n_buckets < n_blocks && p->n_buckets < (1 << 30))
+        p->n_buckets <<= 1;
+    p->free_ids = td_calloc(nb, sizeof(int32_t));
+    p->refs = td_calloc(nb, sizeof(int32_t));
+    p->hash = td_calloc(nb, sizeof(td_kvhash_t));
+    p->cached = td_calloc(nb, 1);
+    p->hnext = td_calloc(nb, sizeof(int32_t));
+    p->lru_prev = td_calloc(nb, sizeof(int32_t));
+    p->lru_next = td_calloc(nb, sizeof(int32_t));
+    p->buckets = td_calloc((size_t)p->n_buckets, sizeof(int32_t));
+    if (!p->mem || !p->free_ids || !p->refs || !p->hash || !p->cached || !p->hnext ||
+        !p->lru_prev || !p->lru_next || !p->buckets) {
         td_kv_pool_free(p);
         return td_err_set(TD_ENOMEM, "kv pool: cannot allocate %d blocks of %zu bytes", n_blocks,
                           l->block_bytes);
@@ -68,7 +79,10 @@ static int pool_setup(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks, vo
         memset(p->mem, 0, bytes);
     for (int i = 0; i < n_blocks; i++)
         p->free_ids[i] = n_blocks - 1 - i; /* pop order 0, 1, 2, ... */
-    p->n_free = n_blocks;
+    p->n_stack = p->n_free = n_blocks;
+    for (int i = 0; i < p->n_buckets; i++)
+        p->buckets[i] = -1;
+    p->lru_head = p->lru_tail = -1;
     return 0;
 }
 
@@ -90,29 +104,122 @@ void td_kv_pool_free(td_kv_pool_t *p)
         free(p->mem);
     free(p->free_ids);
     free(p->refs);
+    free(p->hash);
+    free(p->cached);
+    free(p->hnext);
+    free(p->lru_prev);
+    free(p->lru_next);
+    free(p->buckets);
     memset(p, 0, sizeof(*p));
+}
+
+static uint32_t bucket_of(const td_kv_pool_t *p, const td_kvhash_t *h)
+{
+    uint64_t k;
+    memcpy(&k, h->b, sizeof(k));
+    return (uint32_t)(k & (uint64_t)(p->n_buckets - 1));
+}
+
+static void lru_remove(td_kv_pool_t *p, int32_t id)
+{
+    int32_t a = p->lru_prev[id], b = p->lru_next[id];
+    if (a >= 0)
+        p->lru_next[a] = b;
+    else
+        p->lru_head = b;
+    if (b >= 0)
+        p->lru_prev[b] = a;
+    else
+        p->lru_tail = a;
+    p->n_evictable--;
+    p->n_free--;
+}
+
+static void lru_append(td_kv_pool_t *p, int32_t id)
+{
+    p->lru_prev[id] = p->lru_tail;
+    p->lru_next[id] = -1;
+    if (p->lru_tail >= 0)
+        p->lru_next[p->lru_tail] = id;
+    else
+        p->lru_head = id;
+    p->lru_tail = id;
+    p->n_evictable++;
+    p->n_free++;
+}
+
+/* Take block id out of the hash index. */
+static void unpublish(td_kv_pool_t *p, int32_t id)
+{
+    int32_t *at = &p->buckets[bucket_of(p, &p->hash[id])];
+    while (*at != id) {
+        TD_ASSERT(*at >= 0);
+        at = &p->hnext[*at];
+    }
+    *at = p->hnext[id];
+    p->cached[id] = 0;
+    p->n_cached--;
 }
 
 int td_kv_block_alloc(td_kv_pool_t *p, int32_t *id)
 {
-    if (p->n_free == 0)
+    if (p->n_stack > 0) {
+        *id = p->free_ids[--p->n_stack];
+        p->n_free--;
+    } else if (p->lru_head >= 0) {
+        *id = p->lru_head; /* the least recently used cached block */
+        lru_remove(p, *id);
+        unpublish(p, *id);
+        p->evictions++;
+    } else {
         return td_err_set(TD_ENOSPC, "kv pool: all %d blocks in use", p->n_blocks);
-    *id = p->free_ids[--p->n_free];
+    }
     p->refs[*id] = 1;
     return 0;
 }
 
 void td_kv_block_ref(td_kv_pool_t *p, int32_t id)
 {
-    TD_ASSERT(id >= 0 && id < p->n_blocks && p->refs[id] > 0);
-    p->refs[id]++;
+    TD_ASSERT(id >= 0 && id < p->n_blocks && (p->refs[id] > 0 || p->cached[id]));
+    if (p->refs[id]++ == 0)
+        lru_remove(p, id);
 }
 
 void td_kv_block_unref(td_kv_pool_t *p, int32_t id)
 {
     TD_ASSERT(id >= 0 && id < p->n_blocks && p->refs[id] > 0);
-    if (--p->refs[id] == 0)
-        p->free_ids[p->n_free++] = id;
+    if (--p->refs[id] > 0)
+        return;
+    if (p->cached[id]) {
+        lru_append(p, id);
+    } else {
+        p->free_ids[p->n_stack++] = id;
+        p->n_free++;
+    }
+}
+
+int32_t td_kv_cache_find(const td_kv_pool_t *p, const td_kvhash_t *h)
+{
+    for (int32_t id = p->buckets[bucket_of(p, h)]; id >= 0; id = p->hnext[id])
+        if (memcmp(p->hash[id].b, h->b, sizeof(h->b)) == 0)
+            return id;
+    return -1;
+}
+
+bool td_kv_block_publish(td_kv_pool_t *p, int32_t id, const td_kvhash_t *h)
+{
+    TD_ASSERT(id >= 0 && id < p->n_blocks && p->refs[id] > 0);
+    if (p->cached[id])
+        return memcmp(p->hash[id].b, h->b, sizeof(h->b)) == 0;
+    if (td_kv_cache_find(p, h) >= 0)
+        return false;
+    uint32_t b = bucket_of(p, h);
+    p->hash[id] = *h;
+    p->cached[id] = 1;
+    p->hnext[id] = p->buckets[b];
+    p->buckets[b] = id;
+    p->n_cached++;
+    return true;
 }
 
 uint8_t *td_kv_block_data(const td_kv_pool_t *p, int32_t id)
@@ -132,17 +239,25 @@ void td_kv_seq_init(td_kv_seq_t *s)
     memset(s, 0, sizeof(*s));
 }
 
+/* Room for `need` block ids in s's table. 0 or TD_ENOMEM. */
+static int reserve_table(td_kv_seq_t *s, int need)
+{
+    if (need <= s->cap)
+        return 0;
+    int cap = TD_MAX(need, s->cap * 2);
+    int32_t *b = td_reallocarray(s->blocks, (size_t)cap, sizeof(int32_t));
+    if (!b)
+        return td_err_set(TD_ENOMEM, "out of memory growing a block table");
+    s->blocks = b;
+    s->cap = cap;
+    return 0;
+}
+
 int td_kv_seq_reserve(td_kv_pool_t *p, td_kv_seq_t *s, int n_tokens)
 {
     int need = (n_tokens + p->layout.block_size - 1) / p->layout.block_size;
-    if (need > s->cap) {
-        int cap = TD_MAX(need, s->cap * 2);
-        int32_t *b = td_reallocarray(s->blocks, (size_t)cap, sizeof(int32_t));
-        if (!b)
-            return td_err_set(TD_ENOMEM, "out of memory growing a block table");
-        s->blocks = b;
-        s->cap = cap;
-    }
+    if (reserve_table(s, need))
+        return TD_ENOMEM;
     if (need - s->n_blocks > p->n_free)
         return td_err_set(TD_ENOSPC, "kv pool: %d blocks wanted, %d of %d free",
                           need - s->n_blocks, p->n_free, p->n_blocks);
@@ -156,8 +271,25 @@ int td_kv_seq_reserve(td_kv_pool_t *p, td_kv_seq_t *s, int n_tokens)
 
 void td_kv_seq_release(td_kv_pool_t *p, td_kv_seq_t *s)
 {
-    for (int i = 0; i < s->n_blocks; i++)
+    for (int i = s->n_blocks - 1; i >= 0; i--)
         td_kv_block_unref(p, s->blocks[i]);
     free(s->blocks);
     memset(s, 0, sizeof(*s));
+}
+
+int td_kv_seq_attach_cached(td_kv_pool_t *p, td_kv_seq_t *s, const td_kvhash_t *h, int n)
+{
+    TD_ASSERT(s->n_blocks == 0);
+    int hit = 0;
+    while (hit < n && td_kv_cache_find(p, &h[hit]) >= 0)
+        hit++;
+    if (hit == 0 || reserve_table(s, hit) != 0)
+        return 0;
+    for (int i = 0; i < hit; i++) {
+        int32_t id = td_kv_cache_find(p, &h[i]);
+        td_kv_block_ref(p, id);
+        s->blocks[s->n_blocks++] = id;
+    }
+    s->n_tokens = hit * p->layout.block_size;
+    return hit;
 }

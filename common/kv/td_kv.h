@@ -16,6 +16,7 @@
 #ifndef TD_KV_H
 #define TD_KV_H
 
+#include "td_kvhash.h"
 #include "td_model.h"
 
 #include <stdbool.h>
@@ -39,15 +40,39 @@ int td_kv_layout_init(td_kv_layout_t *l, const td_model_t *m, int block_size);
 /* Whether two workers may exchange blocks: same fingerprint. */
 bool td_kv_layout_match(const td_kv_layout_t *a, const td_kv_layout_t *b);
 
-/* A pool of blocks in host memory, refcounted. Not thread-safe: one owner thread. */
+/* A pool of blocks in host memory, refcounted, with the worker's prefix cache (tier 0) in it.
+ *
+ * A full block whose content is known by its chain hash (td_kvhash.h) can be *published*: the
+ * pool then finds it by that hash, and when its last reference goes it is not freed but kept as
+ * a cached block, least recently used first in line for eviction, until an allocation needs room.
+ * A sequence takes cached blocks into its block table with td_kv_seq_attach_cached (a reference
+ * each), so sequences with a common prefix share its blocks. Blocks are only ever published full
+ * and never written after that (every writer owns its blocks alone: the prompt's uncached suffix
+ * and the generated tokens go into blocks of its own).
+ *
+ * n_free counts every block an allocation can take: free ones and unreferenced cached ones. Not
+ * thread-safe: one owner thread. */
 typedef struct td_kv_pool {
     td_kv_layout_t layout;
     int n_blocks;
     uint8_t *mem;      /* [n_blocks][block_bytes], 64-byte aligned */
-    int32_t *free_ids; /* [n_blocks] stack of free block ids, n_free of them */
-    int n_free;
-    int32_t *refs; /* [n_blocks] reference counts (0: free) */
+    int32_t *free_ids; /* [n_blocks] stack of free blocks without cached content, n_stack of them */
+    int n_stack;
+    int n_free;    /* allocatable: n_stack + n_evictable */
+    int32_t *refs; /* [n_blocks] reference counts (0: free or cached) */
     bool borrowed; /* mem belongs to someone else (a registered data-plane pool) */
+    /* prefix cache */
+    td_kvhash_t *hash;   /* [n_blocks] a published block's hash */
+    uint8_t *cached;     /* [n_blocks] 1: published (findable by hash) */
+    int32_t *hnext;      /* [n_blocks] next block in the same hash bucket, -1 */
+    int32_t *buckets;    /* [n_buckets] first block of each bucket, -1 */
+    int n_buckets;       /* a power of two */
+    int32_t *lru_prev;   /* [n_blocks] unreferenced cached blocks, oldest first */
+    int32_t *lru_next;   /* [n_blocks] */
+    int32_t lru_head, lru_tail; /* -1 when empty */
+    int n_cached;        /* published blocks, referenced or not */
+    int n_evictable;     /* published blocks with no reference */
+    uint64_t evictions;  /* cached blocks reused for new content */
 } td_kv_pool_t;
 
 /* Allocate a pool of `n_blocks` blocks. 0, TD_EINVAL or TD_ENOMEM. */
@@ -57,12 +82,19 @@ void td_kv_pool_free(td_kv_pool_t *p);
  * UCX-registered pool of td_kvx so that blocks move without a copy. td_kv_pool_free leaves `mem`
  * alone. 0, TD_EINVAL or TD_ENOMEM. */
 int td_kv_pool_init_mem(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks, void *mem);
-/* Take a free block (refcount 1). 0 or TD_ENOSPC. */
+/* Take a block (refcount 1): a free one, else the least recently used cached one (which leaves
+ * the cache). 0 or TD_ENOSPC. */
 int td_kv_block_alloc(td_kv_pool_t *p, int32_t *id);
-/* Add a reference to a used block (prefix sharing). */
+/* Add a reference to a used or cached block (prefix sharing). */
 void td_kv_block_ref(td_kv_pool_t *p, int32_t id);
-/* Drop a reference; the block is free again at zero. */
+/* Drop a reference; at zero the block is free again, or cached when it was published. */
 void td_kv_block_unref(td_kv_pool_t *p, int32_t id);
+/* Publish block `id` (referenced, full, its KV final) under hash `h`. Returns true when it is now
+ * cached, false when another block already holds that content (this one stays unpublished and is
+ * freed as usual). */
+bool td_kv_block_publish(td_kv_pool_t *p, int32_t id, const td_kvhash_t *h);
+/* The cached block with hash `h`, or -1. */
+int32_t td_kv_cache_find(const td_kv_pool_t *p, const td_kvhash_t *h);
 
 /* The bytes of block `id`: block_bytes of them. */
 uint8_t *td_kv_block_data(const td_kv_pool_t *p, int32_t id);
@@ -81,7 +113,12 @@ void td_kv_seq_init(td_kv_seq_t *s);
 /* Make room for `n_tokens` tokens in total, taking blocks from the pool: all of them or none.
  * 0 or TD_ENOSPC / TD_ENOMEM (the sequence is as it was). */
 int td_kv_seq_reserve(td_kv_pool_t *p, td_kv_seq_t *s, int n_tokens);
-/* Return every block to the pool and empty the sequence. */
+/* Return every block to the pool and empty the sequence. Blocks are let go last first, so a
+ * cached prefix is evicted from its end: what stays cached is always a prefix. */
 void td_kv_seq_release(td_kv_pool_t *p, td_kv_seq_t *s);
+/* Take the longest cached prefix of the chain h[0, n) into the empty sequence s (a reference per
+ * block); s->n_tokens becomes that many full blocks. Returns the number of blocks taken (0 on
+ * allocation failure too). */
+int td_kv_seq_attach_cached(td_kv_pool_t *p, td_kv_seq_t *s, const td_kvhash_t *h, int n);
 
 #endif
