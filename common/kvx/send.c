@@ -1,0 +1,461 @@
+/* send.c: outgoing transfers. A push (or a pullback answering a peer's pull) is coalesced into
+ * runs and each run posted as one UCX operation: a rendezvous active message (AM) or a put
+ * followed by a flush (PUT); then DONE names the destination ids, checksums and note, and the
+ * transfer completes when the receiver's ACK arrives or it fails. A pull is one PULL message; it
+ * completes when the peer's answering DONE has been received and verified (recv.c). Also the
+ * control-message sender every file uses.
+ *
+ * Ownership: a transfer (xfer_t) is owned by its peer's tx list from td_kvx_push/pull until
+ * td__tx_check completes it; the source (push) or destination (pull) blocks are the caller's and
+ * UCX may read or write them until the transfer's callback runs.
+ */
+#include "kvx_impl.h"
+#include "td_error.h"
+#include "td_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+uint32_t td_kvx_coalesce(const uint32_t *src, const uint32_t *dst, uint32_t n, td_kvx_run_t *runs)
+{
+    uint32_t nr = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (nr > 0) {
+            td_kvx_run_t *r = &runs[nr - 1];
+            uint32_t last = r->first + r->len - 1;
+            if (src[i] == src[last] + 1 && dst[i] == dst[last] + 1 && src[last] != UINT32_MAX &&
+                dst[last] != UINT32_MAX) {
+                r->len++;
+                continue;
+            }
+        }
+        runs[nr].first = i;
+        runs[nr].len = 1;
+        nr++;
+    }
+    return nr;
+}
+
+/* ---- sending control messages ----------------------------------------------------------------*/
+
+/* One control message in flight: header and payload stay here until the send completes. */
+typedef struct ctl_msg {
+    td_kvx_peer_t *peer;
+    xfer_t *x; /* when the message belongs to a transfer (DONE, PULL) */
+    wire_hdr_t hdr;
+    uint8_t payload[]; /* [len] */
+} ctl_msg_t;
+
+/* UCX callback context: a control message was sent (or failed); frees it. */
+static void ctl_send_cb(void *req, ucs_status_t st, void *user_data)
+{
+    ctl_msg_t *m = user_data;
+    td__op_finished(m->peer, m->x, NULL, st);
+    free(m);
+    ucp_request_free(req);
+}
+
+/* Send a control message on p's endpoint. The payload is copied. Counts as one operation of p
+ * (and of x when given). */
+int td__ctl_send(td_kvx_peer_t *p, xfer_t *x, uint32_t type, const wire_hdr_t *proto,
+                 const void *payload, size_t len)
+{
+    td_kvx_t *k = p->kvx;
+    if (!p->ep)
+        return td_err_set(TD_ECONNRESET, "kvx: peer %016llx has no endpoint",
+                          (unsigned long long)p->instance);
+    ctl_msg_t *m = malloc(sizeof(*m) + len);
+    if (!m)
+        return TD_ENOMEM;
+    m->peer = p;
+    m->x = x;
+    if (proto)
+        m->hdr = *proto;
+    else
+        memset(&m->hdr, 0, sizeof(m->hdr));
+    m->hdr.magic = KVX_MAGIC;
+    m->hdr.version = KVX_VERSION;
+    m->hdr.type = type;
+    m->hdr.instance = k->instance;
+    if (len)
+        memcpy(m->payload, payload, len);
+    ucp_request_param_t prm = {
+        .op_attr_mask =
+            UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
+        .cb.send = ctl_send_cb,
+        .user_data = m,
+        /* eager: the receiver gets the whole message in its callback (no rendezvous to answer) */
+        .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER,
+    };
+    p->ops_out++;
+    if (x)
+        x->ops_out++;
+    ucs_status_ptr_t sp =
+        ucp_am_send_nbx(p->ep, type, &m->hdr, sizeof(m->hdr), m->payload, len, &prm);
+    if (UCS_PTR_IS_PTR(sp))
+        return 0;
+    ucs_status_t st = UCS_PTR_STATUS(sp);
+    p->ops_out--;
+    if (x)
+        x->ops_out--;
+    free(m);
+    if (st != UCS_OK)
+        return td__ucx_err(st, "am send");
+    return 0;
+}
+
+/* ---- posting data ----------------------------------------------------------------------------*/
+
+/* UCX callback context: one data run (or the flush) of x completed. */
+static void data_send_cb(void *req, ucs_status_t st, void *user_data)
+{
+    xfer_t *x = user_data;
+    td__op_finished(x->peer, x, NULL, st);
+    ucp_request_free(req);
+}
+
+/* Count one request of x: completed immediately (NULL), in flight, or failed. */
+static void track(xfer_t *x, ucs_status_ptr_t sp)
+{
+    td_kvx_peer_t *p = x->peer;
+    if (UCS_PTR_IS_PTR(sp))
+        return;
+    p->ops_out--;
+    x->ops_out--;
+    ucs_status_t st = UCS_PTR_STATUS(sp);
+    if (st != UCS_OK && x->status == 0)
+        x->status = td__ucs_to_td(st);
+}
+
+/* Post the data operations of a push (or pullback) on a ready peer. */
+static void post_push(xfer_t *x)
+{
+    td_kvx_peer_t *p = x->peer;
+    td_kvx_t *k = p->kvx;
+    uint64_t bb = k->layout.block_bytes;
+    td_kvx_run_t *runs = malloc(sizeof(*runs) * (x->n ? x->n : 1));
+    if (!runs) {
+        x->status = TD_ENOMEM;
+        x->posted = true;
+        return;
+    }
+    uint32_t nr = x->n ? td_kvx_coalesce(x->src, x->dst, x->n, runs) : 0;
+    x->posted = true;
+    bool am = p->mech != TD_KVX_MECH_PUT;
+    if (am && nr > 0) {
+        x->hdrs = calloc(nr, sizeof(*x->hdrs));
+        if (!x->hdrs) {
+            x->status = TD_ENOMEM;
+            free(runs);
+            return;
+        }
+    }
+    for (uint32_t i = 0; i < nr && x->status == 0; i++) {
+        uint32_t s = x->src[runs[i].first], d = x->dst[runs[i].first], len = runs[i].len;
+        ucp_request_param_t prm = {
+            .op_attr_mask =
+                UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH,
+            .cb.send = data_send_cb,
+            .user_data = x,
+            .memh = k->memh,
+        };
+        p->ops_out++;
+        x->ops_out++;
+        k->stats.ops_posted++;
+        ucs_status_ptr_t sp;
+        if (am) {
+            wire_hdr_t *h = &x->hdrs[i];
+            *h = (wire_hdr_t){.magic = KVX_MAGIC,
+                              .version = KVX_VERSION,
+                              .type = AM_DATA,
+                              .instance = k->instance,
+                              .xfer_id = x->id,
+                              .block = d,
+                              .n_blocks = len};
+            prm.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+            prm.flags = UCP_AM_SEND_FLAG_RNDV | UCP_AM_SEND_FLAG_REPLY;
+            sp = ucp_am_send_nbx(p->ep, AM_DATA, h, sizeof(*h), k->pool + s * bb, len * bb, &prm);
+        } else {
+            sp = ucp_put_nbx(p->ep, k->pool + s * bb, len * bb, p->pool_addr + d * bb, p->rkey,
+                             &prm);
+        }
+        track(x, sp);
+    }
+    free(runs);
+    x->payload_b = (uint64_t)x->n * bb;
+    if (!am && x->status == 0) {
+        /* remote completion of every put before the notification */
+        ucp_request_param_t prm = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.send = data_send_cb,
+            .user_data = x,
+        };
+        p->ops_out++;
+        x->ops_out++;
+        track(x, ucp_ep_flush_nbx(p->ep, &prm));
+    }
+    x->remote_done = nr; /* runs the receiver must see (AM) */
+    if (!am)
+        x->remote_done = 0;
+}
+
+/* Send DONE for a push: ids, checksums, note. AM: right after the data (the receiver waits for
+ * every run); PUT: after the flush completed. */
+static void send_done(xfer_t *x, int32_t status)
+{
+    td_kvx_peer_t *p = x->peer;
+    td_kvx_t *k = p->kvx;
+    bool csum = x->flags & TD_KVX_F_CSUM;
+    size_t len = (size_t)x->n * 4 + (csum ? (size_t)x->n * 8 : 0) + x->note_len;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        x->status = TD_ENOMEM;
+        x->done_sent = true;
+        return;
+    }
+    memcpy(buf, x->dst, (size_t)x->n * 4);
+    if (csum && status == 0) {
+        for (uint32_t i = 0; i < x->n; i++) {
+            uint64_t c =
+                XXH3_64bits(k->pool + x->src[i] * k->layout.block_bytes, k->layout.block_bytes);
+            if (i == 0 && (x->flags & TD_KVX_F_TEST_BAD_CSUM))
+                c ^= 1;
+            memcpy(buf + (size_t)x->n * 4 + (size_t)i * 8, &c, 8);
+        }
+    }
+    if (x->note_len)
+        memcpy(buf + len - x->note_len, x->note, x->note_len);
+    wire_hdr_t h = {.xfer_id = x->id,
+                    .pull_id = x->pull_id,
+                    .status = status,
+                    .flags = x->flags & TD_KVX_F_CSUM,
+                    .n_blocks = x->n,
+                    .n_runs = status == 0 ? (uint32_t)x->remote_done : 0,
+                    .note_len = x->note_len};
+    x->done_sent = true;
+    int rc = td__ctl_send(p, x, AM_DONE, &h, buf, len);
+    free(buf);
+    if (rc < 0 && x->status == 0)
+        x->status = rc;
+}
+
+/* Send PULL for a pull: the peer's source ids, then our destination ids. */
+static void send_pull(xfer_t *x)
+{
+    size_t len = (size_t)x->n * 8;
+    uint8_t *buf = malloc(len);
+    if (!buf) {
+        x->status = TD_ENOMEM;
+        x->done_sent = true;
+        return;
+    }
+    memcpy(buf, x->src, (size_t)x->n * 4);
+    memcpy(buf + (size_t)x->n * 4, x->dst, (size_t)x->n * 4);
+    wire_hdr_t h = {.xfer_id = x->id, .flags = x->flags, .n_blocks = x->n};
+    x->posted = true;
+    x->done_sent = true;
+    int rc = td__ctl_send(x->peer, x, AM_PULL, &h, buf, len);
+    free(buf);
+    if (rc < 0 && x->status == 0)
+        x->status = rc;
+}
+
+/* ---- transfer lifetime -----------------------------------------------------------------------*/
+
+void td__xfer_free(xfer_t *x)
+{
+    free(x->src);
+    free(x->dst);
+    free(x->note);
+    free(x->hdrs);
+    free(x);
+}
+
+/* Remove x from its peer's tx list (it must be there). */
+static void unlink_tx(xfer_t *x)
+{
+    xfer_t **pp = &x->peer->tx;
+    while (*pp && *pp != x)
+        pp = &(*pp)->next;
+    TD_ASSERT(*pp == x);
+    *pp = x->next;
+}
+
+/* Advance an outgoing transfer; complete it when nothing references it any more. */
+void td__tx_check(xfer_t *x)
+{
+    td_kvx_peer_t *p = x->peer;
+    td_kvx_t *k = p->kvx;
+    x->check_queued = false;
+    if (x->status == 0 && p->state == PEER_READY) {
+        if (x->kind == XFER_PULL) {
+            if (!x->posted)
+                send_pull(x);
+        } else {
+            if (!x->posted)
+                post_push(x);
+            bool am = p->mech != TD_KVX_MECH_PUT;
+            if (x->status == 0 && !x->done_sent && (am || x->ops_out == 0))
+                send_done(x, 0);
+        }
+    }
+    if (x->ops_out > 0)
+        return;
+    if (x->status == 0 && !x->acked)
+        return;
+    if (x->status == 0 && x->kind != XFER_PULL)
+        k->stats.bytes_pushed += x->payload_b;
+    unlink_tx(x);
+    if (x->cb && !k->closing)
+        x->cb(x->status, x->arg);
+    else if (x->cb)
+        x->cb(x->status ? x->status : TD_ECANCELED, x->arg);
+    td__xfer_free(x);
+}
+
+/* A new transfer of p with copies of src and dst, appended to p's tx list. NULL when out of
+ * memory. */
+static xfer_t *new_xfer(td_kvx_peer_t *p, xfer_kind_t kind, const uint32_t *src,
+                        const uint32_t *dst, uint32_t n)
+{
+    xfer_t *x = calloc(1, sizeof(*x));
+    if (!x)
+        return NULL;
+    x->src = malloc((size_t)(n ? n : 1) * 4);
+    x->dst = malloc((size_t)(n ? n : 1) * 4);
+    if (!x->src || !x->dst) {
+        td__xfer_free(x);
+        return NULL;
+    }
+    if (n) {
+        memcpy(x->src, src, (size_t)n * 4);
+        memcpy(x->dst, dst, (size_t)n * 4);
+    }
+    x->peer = p;
+    x->kind = kind;
+    x->n = n;
+    x->id = ++p->kvx->next_id;
+    /* append: transfers to one peer start in submission order */
+    xfer_t **pp = &p->tx;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = x;
+    return x;
+}
+
+/* 0 when every id is below limit, else TD_ERANGE naming the first bad one and its index. */
+static int check_ids(uint32_t limit, const uint32_t *ids, uint32_t n, const char *what)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] >= limit)
+            return td_err_set(TD_ERANGE, "kvx: %s block %u (index %u) >= pool size %u", what,
+                              ids[i], i, limit);
+    return 0;
+}
+
+/* td_kvx_push and td_kvx_pull: check, copy, connect when needed, and queue the first check.
+ * Same return contract as td_kvx_push (cb runs only when this returns 0). */
+static int start_xfer(td_kvx_peer_t *p, xfer_kind_t kind, const uint32_t *src, const uint32_t *dst,
+                      uint32_t n, const void *note, uint32_t note_len, unsigned flags,
+                      td_kvx_done_cb cb, void *arg)
+{
+    td_kvx_t *k = p->kvx;
+    if (k->closing)
+        return td_err_set(TD_ECLOSED, "kvx: closing");
+    if (n == 0 || !src || !dst || !cb)
+        return td_err_set(TD_EINVAL, "kvx: empty transfer or missing callback");
+    if (note_len > TD_KVX_NOTE_MAX || (note_len && !note))
+        return td_err_set(TD_EINVAL, "kvx: note of %u bytes (max %u)", note_len, TD_KVX_NOTE_MAX);
+    if (p->state == PEER_REFUSED)
+        return td_err_set(TD_EMISMATCH, "kvx: peer %016llx refused our layout",
+                          (unsigned long long)p->instance);
+    bool push = kind == XFER_PUSH;
+    int rc = check_ids(push ? k->layout.n_blocks : p->n_blocks, src, n,
+                       push ? "source" : "remote source");
+    if (rc == 0)
+        rc = check_ids(push ? p->n_blocks : k->layout.n_blocks, dst, n,
+                       push ? "remote destination" : "destination");
+    if (rc < 0)
+        return rc;
+    xfer_t *x = new_xfer(p, kind, src, dst, n);
+    if (!x)
+        return TD_ENOMEM;
+    if (note_len) {
+        x->note = malloc(note_len);
+        if (!x->note) {
+            unlink_tx(x);
+            td__xfer_free(x);
+            return TD_ENOMEM;
+        }
+        memcpy(x->note, note, note_len);
+        x->note_len = note_len;
+    }
+    x->flags = flags;
+    x->cb = cb;
+    x->arg = arg;
+    if (p->state == PEER_IDLE || (p->state == PEER_FAILED && !p->tearing)) {
+        rc = td__peer_connect(p);
+        if (rc < 0) {
+            unlink_tx(x);
+            td__xfer_free(x);
+            return rc;
+        }
+    }
+    td__queue_tx_check(x); /* posted from the loop, never from inside the caller's stack */
+    return 0;
+}
+
+int td_kvx_push(td_kvx_peer_t *p, const uint32_t *src, const uint32_t *dst, uint32_t n,
+                const void *note, uint32_t note_len, unsigned flags, td_kvx_done_cb cb, void *arg)
+{
+    return start_xfer(p, XFER_PUSH, src, dst, n, note, note_len, flags, cb, arg);
+}
+
+int td_kvx_pull(td_kvx_peer_t *p, const uint32_t *src, const uint32_t *dst, uint32_t n,
+                unsigned flags, td_kvx_done_cb cb, void *arg)
+{
+    return start_xfer(p, XFER_PULL, src, dst, n, NULL, 0, flags, cb, arg);
+}
+
+/* ---- answers from the peer -------------------------------------------------------------------*/
+
+/* The ACK names one of our pushes or pullbacks; an unknown id (already failed) is ignored. */
+void td__tx_ack(td_kvx_t *k, task_t *t)
+{
+    for (xfer_t *x = t->peer->tx; x; x = x->next) {
+        if (x->id == t->hdr.xfer_id && x->kind != XFER_PULL) {
+            if (t->hdr.status < 0 && x->status == 0)
+                x->status = t->hdr.status;
+            x->acked = true;
+            td__queue_tx_check(x);
+            break;
+        }
+    }
+}
+
+/* Serve a PULL: a pullback (a push without user callback) of the requested blocks, queued until
+ * the peer is ready; a bad request is answered at once by a DONE carrying the error. */
+void td__serve_pull(td_kvx_t *k, task_t *t)
+{
+    td_kvx_peer_t *p = t->peer;
+    uint32_t n = t->hdr.n_blocks;
+    const uint32_t *src = (const uint32_t *)t->data, *dst = src + n;
+    int rc = 0;
+    if (n == 0 || t->len != (size_t)n * 8)
+        rc = TD_EPROTO;
+    if (rc == 0)
+        rc = check_ids(k->layout.n_blocks, src, n, "pulled");
+    if (rc == 0) { /* queued until the peer is ready */
+        xfer_t *x = new_xfer(p, XFER_PULLBACK, src, dst, n);
+        if (x) {
+            x->pull_id = t->hdr.xfer_id;
+            x->flags = t->hdr.flags & TD_KVX_F_CSUM;
+            td__queue_tx_check(x);
+            return;
+        }
+        rc = TD_ENOMEM;
+    }
+    wire_hdr_t h = {.xfer_id = ++k->next_id, .pull_id = t->hdr.xfer_id, .status = rc};
+    td__ctl_send(p, NULL, AM_DONE, &h, NULL, 0);
+}
