@@ -5,9 +5,10 @@
 #include <stdint.h>
 
 /* Hot kernels are compiled twice, for x86-64-v3 (AVX2, FMA) and the baseline, and picked at load
- * time; elsewhere they are compiled once. */
+ * time; elsewhere they are compiled once. Not under the sanitizers: their ifunc resolvers run
+ * before the sanitizer's runtime is up (ThreadSanitizer crashes in them). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
-    !defined(__SANITIZE_ADDRESS__)
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define TD_CPU_KERNEL __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define TD_CPU_KERNEL
