@@ -3,6 +3,7 @@
  * the safetensors copy ends up holding, which the GGUF copy repeats. */
 
 #include "modelgen_impl.h"
+#include "td_rng.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -11,14 +12,6 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Values                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t fnv1a64(const char *s)
 {
@@ -55,8 +48,8 @@ void td__mg_gen_raw(uint64_t seed, const mg_tensor_t *t, int hidden, float *out)
     }
     for (int64_t i = 0; i < n; i += 2) {
         /* Box-Muller: u1 in (0, 1], u2 in [0, 1) */
-        double u1 = ((double)(splitmix64(&s) >> 11) + 1.0) * 0x1.0p-53;
-        double u2 = (double)(splitmix64(&s) >> 11) * 0x1.0p-53;
+        double u1 = ((double)(td_rng_splitmix64(&s) >> 11) + 1.0) * 0x1.0p-53;
+        double u2 = (double)(td_rng_splitmix64(&s) >> 11) * 0x1.0p-53;
         double r = sqrt(-2.0 * log(u1));
         out[i] = (float)(mean + std * r * cos(2.0 * M_PI * u2));
         if (i + 1 < n)
