@@ -1,6 +1,5 @@
 /* tokenizer_added.c: stages 1 and 2 of encode: splitting out added tokens (leftmost-longest,
  * with their lstrip/rstrip/single_word rules) and normalizing the text between them. */
-
 #include "td_error.h"
 #include "tokenizer_impl.h"
 

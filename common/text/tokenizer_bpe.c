@@ -1,6 +1,5 @@
 /* tokenizer_bpe.c: byte-level BPE of one pre-tokenized word (stage 4 of encode), with the
  * per-scratch word cache in front of it. */
-
 #include "td_error.h"
 #include "tokenizer_impl.h"
 

@@ -1,6 +1,5 @@
 /* tokenizer_decode.c: decoding ids to text, whole or one id at a time (td_detok_t), with
  * streaming UTF-8 repair of byte-level tokens. */
-
 #include "td_error.h"
 #include "tokenizer_impl.h"
 

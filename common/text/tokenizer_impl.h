@@ -206,9 +206,6 @@ static inline uint32_t td__cp_at(const char *p, size_t n, size_t *len)
 uint64_t td__hash(const void *p, size_t n);
 /* The id stored for key [s, s+n) in m (keys live in tok->arena), -1 when absent. */
 int32_t td__strmap_get(const td_tokenizer_t *tok, const td__strmap_t *m, const char *s, size_t n);
-/* Compile a pattern for PCRE2 (UTF, UCP, JIT), after rewriting \s and \S to Oniguruma's meaning.
- * NULL on error with td_err_msg naming `what`. */
-pcre2_code *td__regex_compile(const char *name, const char *what, const char *pat, size_t len);
 /* Free a scratch and everything it holds; NULL is a no-op. */
 void td__scratch_free(struct td_scratch *s);
 

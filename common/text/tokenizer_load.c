@@ -2,7 +2,6 @@
  *
  * Every field is checked for its type; an error names the file and the field, in the dotted form
  * of the JSON path ("model.merges[12]", "pre_tokenizer.pretokenizers[1].pattern.Regex"). */
-
 #include "td_error.h"
 #include "tokenizer_load_impl.h"
 

@@ -1,6 +1,5 @@
 /* tokenizer_load_added.c: the "added_tokens" section of tokenizer.json: HF's id assignment, the
  * normalized form of each token, and the two tries encode matches them with. */
-
 #include "td_error.h"
 #include "tokenizer_load_impl.h"
 

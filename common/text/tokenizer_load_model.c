@@ -1,6 +1,5 @@
 /* tokenizer_load_model.c: the "model" section of tokenizer.json: the BPE vocabulary (with the
  * decoded bytes of each token) and the merges. */
-
 #include "td_error.h"
 #include "tokenizer_load_impl.h"
 

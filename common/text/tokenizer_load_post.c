@@ -1,7 +1,6 @@
 /* tokenizer_load_post.c: what decides the ids around the text and the way back: the
  * "post_processor" and "decoder" sections of tokenizer.json, and tokenizer_config.json (whose
  * add_bos_token / add_eos_token replace the post-processor's ids). */
-
 #include "td_error.h"
 #include "tokenizer_load_impl.h"
 

@@ -1,6 +1,5 @@
 /* tokenizer_load_pretok.c: the "normalizer" and "pre_tokenizer" sections of tokenizer.json, and
  * the translation of their regexes from Oniguruma's dialect to PCRE2's. */
-
 #include "td_error.h"
 #include "tokenizer_load_impl.h"
 
@@ -75,7 +74,9 @@ static int translate_pattern(const char *pat, size_t len, td_buf_t *out)
     return rc;
 }
 
-pcre2_code *td__regex_compile(const char *name, const char *what, const char *pat, size_t len)
+/* Compile a pattern for PCRE2 (UTF, UCP, JIT), after rewriting \s and \S to Oniguruma's meaning.
+ * NULL on error with td_err_msg naming `what` (a field of file `name`). */
+static pcre2_code *regex_compile(const char *name, const char *what, const char *pat, size_t len)
 {
     td_buf_t b;
     td_buf_init(&b);
@@ -261,8 +262,8 @@ int td__parse_pretok(td__ld_t *L, json_object *p, const char *path, bool last, b
             snprintf(ppr, sizeof(ppr), "%s.Regex", pp);
             if ((rc = td__want_type(L, re, json_type_string, ppr)))
                 return rc;
-            st.re = td__regex_compile(L->file, ppr, json_object_get_string(re),
-                                      (size_t)json_object_get_string_len(re));
+            st.re = regex_compile(L->file, ppr, json_object_get_string(re),
+                                  (size_t)json_object_get_string_len(re));
         } else if (str) {
             snprintf(ppr, sizeof(ppr), "%s.String", pp);
             if ((rc = td__want_type(L, str, json_type_string, ppr)))
@@ -276,7 +277,7 @@ int td__parse_pretok(td__ld_t *L, json_object *p, const char *path, bool last, b
             }
             if (b.len == 0) /* an empty string never matches */
                 td_buf_append_str(&b, "(?!)");
-            st.re = td__regex_compile(L->file, ppr, b.data ? b.data : "", b.len);
+            st.re = regex_compile(L->file, ppr, b.data ? b.data : "", b.len);
             td_buf_free(&b);
         } else {
             return td_err_set(TD_EPARSE,
@@ -309,7 +310,7 @@ int td__parse_pretok(td__ld_t *L, json_object *p, const char *path, bool last, b
         if (use_regex) {
             char pp[256];
             snprintf(pp, sizeof(pp), "%s.use_regex", path);
-            tok->bl_re = td__regex_compile(L->file, pp, gpt2_pattern, sizeof(gpt2_pattern) - 1);
+            tok->bl_re = regex_compile(L->file, pp, gpt2_pattern, sizeof(gpt2_pattern) - 1);
             if (!tok->bl_re)
                 return TD_EINTERNAL;
         }

@@ -1,6 +1,5 @@
 /* tokenizer_pretok.c: the pre-tokenizer steps (stage 3 of encode): regex and digit splits with
  * HF's split behaviors, depth first, ending in the ByteLevel step that hands words to BPE. */
-
 #include "td_error.h"
 #include "tokenizer_impl.h"
 

@@ -1,6 +1,5 @@
 /* tokenizer_tables.c: the loaded tokenizer's tables: the string arena, the vocabulary and
  * added-token maps, the merge table, and GPT-2's byte-level alphabet. */
-
 #include "td_error.h"
 #include "tokenizer_impl.h"
 #include "tokenizer_load_impl.h"

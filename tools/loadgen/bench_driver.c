@@ -1,6 +1,5 @@
 /* bench_driver.c: the open-loop driver of one `tandem bench` phase: one libuv loop, a timerfd for
  * sub-millisecond send times, the multi-turn ready queue, and the progress line. */
-
 #include "bench_cmd_impl.h"
 #include "td_error.h"
 

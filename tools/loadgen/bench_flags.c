@@ -1,6 +1,5 @@
 /* bench_flags.c: the flags of `tandem bench` (vLLM's benchmark_serving names where they exist)
  * and their checks. */
-
 #include "bench_cmd_impl.h"
 #include "td_error.h"
 

@@ -1,7 +1,6 @@
 /* bench_main.c: `tandem bench`: the defaults, the rate sweep (warm-up, then one measured phase
  * per --request-rate), the server scrape and the reports. The flags are in bench_flags.c, the
  * open-loop driver of one phase in bench_driver.c. */
-
 #include "../cli.h"
 #include "bench_cmd_impl.h"
 #include "td_error.h"

@@ -7,7 +7,6 @@
  * scanned without building JSON trees, and the per-request text and ITL arrays grow by doubling
  * from a size reserved at submit, so a steady stream allocates nothing per token.
  */
-
 #include "client_impl.h"
 #include "td_error.h"
 

@@ -2,7 +2,6 @@
  * Content-Length, chunked and read-to-close bodies, SSE lines) and the per-request results it
  * fills in. Lines are parsed in place when they do not straddle reads; chunks are scanned
  * without building JSON trees. */
-
 #include "client_impl.h"
 #include "td_error.h"
 

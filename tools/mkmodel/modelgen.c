@@ -2,7 +2,6 @@
  * in which the files are written, and the helpers that write them. The parts live in
  * modelgen_arch.c (hyperparameters, tensor lists), modelgen_values.c (weights and number formats),
  * modelgen_config.c (tokenizer, config.json), modelgen_safetensors.c and modelgen_gguf.c. */
-
 #include "modelgen_impl.h"
 
 #include <errno.h>

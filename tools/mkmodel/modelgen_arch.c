@@ -1,6 +1,5 @@
 /* modelgen_arch.c: per architecture and preset, the hyperparameters and the list of tensors
  * (Hugging Face names, per-expert form). */
-
 #include "modelgen_impl.h"
 
 #include <stdarg.h>

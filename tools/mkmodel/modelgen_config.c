@@ -1,6 +1,5 @@
 /* modelgen_config.c: the tokenizer (a real one read from a directory, or a synthetic byte-level
  * one) and config.json. */
-
 #include "modelgen_impl.h"
 
 #include <json-c/json.h>

@@ -1,6 +1,5 @@
 /* modelgen_gguf.c: the GGUF v3 copy: llama.cpp's tensor names and layouts, metadata, F32 / F16 /
  * Q8_0 data. */
-
 #include "modelgen_impl.h"
 
 #include <math.h>

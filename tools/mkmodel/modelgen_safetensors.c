@@ -1,6 +1,5 @@
 /* modelgen_safetensors.c: the safetensors copy, single file or sharded with index.json, with
  * optional FP8 weights and fused expert tensors. */
-
 #include "modelgen_impl.h"
 
 #include <stdio.h>

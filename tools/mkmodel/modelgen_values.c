@@ -1,7 +1,6 @@
 /* modelgen_values.c: the weights' values (a splitmix64 normal stream per tensor, scaled by kind),
  * the number formats they are stored in (BF16, F16, FP8 E4M3 with block scales), and the values
  * the safetensors copy ends up holding, which the GGUF copy repeats. */
-
 #include "modelgen_impl.h"
 #include "td_rng.h"
 
