@@ -1,8 +1,10 @@
 /* cmd_ctl.c: `tandem ctl`: talk to a running cluster through a router's internal RPC
  * (td_client.h): status, drain / undrain, generate, batch, tokenize. */
 #include "cli.h"
+#include "sampling_flags.h"
 #include "td_client.h"
 #include "td_error.h"
+#include "td_msg.h"
 #include "td_rpc.h"
 #include "td_util.h"
 
@@ -42,41 +44,6 @@ typedef struct ctl {
     double timeout;
     td_client_t *cl;
 } ctl_t;
-
-static int parse_ids(const char *s, int32_t **out, size_t *n)
-{
-    size_t cap = 16;
-    int32_t *v = malloc(cap * sizeof(int32_t));
-    *n = 0;
-    if (!v)
-        return TD_ENOMEM;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long x = strtol(p, &end, 10);
-        if (end == p || x < 0 || x > INT32_MAX) {
-            free(v);
-            return td_err_set(TD_EINVAL, "\"%s\" is not a list of token ids", s);
-        }
-        if (*n == cap) {
-            cap *= 2;
-            int32_t *q = realloc(v, cap * sizeof(int32_t));
-            if (!q) {
-                free(v);
-                return TD_ENOMEM;
-            }
-            v = q;
-        }
-        v[(*n)++] = (int32_t)x;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') {
-            free(v);
-            return td_err_set(TD_EINVAL, "\"%s\" is not a list of token ids", s);
-        }
-    }
-    *out = v;
-    return 0;
-}
 
 /* ---- status ---------------------------------------------------------------------------------- */
 
@@ -159,49 +126,48 @@ static const char *finish_name(Tandem__Finish f)
                                                 : "none";
 }
 
+/* One request to send: the sampling settings in the engine's form (smp, filled from flags or a
+ * batch line), their proto form (sp, which points into smp) and the request around them. */
 typedef struct gen_req {
     Tandem__GenerateRequest r;
+    td_sampling_t smp;
     Tandem__Sampling sp;
-    int32_t *prompt_ids, *stop_ids;
+    int32_t *prompt_ids;
     char *stop_store[16];
 } gen_req_t;
 
+/* An empty request: sampling defaults with 32 tokens, text wanted. */
 static void gen_req_init(gen_req_t *g)
 {
     memset(g, 0, sizeof(*g));
     tandem__generate_request__init(&g->r);
-    tandem__sampling__init(&g->sp);
-    g->sp.max_tokens = 32;
-    g->sp.top_p = 1;
-    g->sp.logprobs = -1;
-    g->r.sampling = &g->sp;
+    td_sampling_defaults(&g->smp);
+    g->smp.max_tokens = 32;
     g->r.want_text = true;
+}
+
+/* Point the request at its parts, with the sampling settings converted, once g no longer moves
+ * and smp is final. */
+static void gen_req_ready(gen_req_t *g)
+{
+    td_msg_sampling_to_proto(&g->smp, g->smp.seed, &g->sp);
+    g->r.sampling = &g->sp;
     g->r.stop = g->stop_store;
 }
 
 static void gen_req_free(gen_req_t *g)
 {
     free(g->prompt_ids);
-    free(g->stop_ids);
 }
 
 static int cmd_generate(ctl_t *c, int argc, char **argv)
 {
-    enum { O_PROMPT = 256, O_MSGS, O_IDS, O_MAX, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_SEED, O_STOP,
-           O_STOPIDS, O_NOEOS, O_LP, O_PRINTIDS };
+    enum { O_PROMPT = 256, O_MSGS, O_IDS, O_STOP, O_PRINTIDS };
     static const struct option opts[] = {{"prompt", required_argument, 0, O_PROMPT},
                                          {"messages", required_argument, 0, O_MSGS},
                                          {"prompt-ids", required_argument, 0, O_IDS},
-                                         {"max-tokens", required_argument, 0, O_MAX},
-                                         {"temperature", required_argument, 0, O_TEMP},
-                                         {"top-k", required_argument, 0, O_TOPK},
-                                         {"top-p", required_argument, 0, O_TOPP},
-                                         {"min-p", required_argument, 0, O_MINP},
-                                         {"seed", required_argument, 0, O_SEED},
+                                         TD_SAMPLING_FLAG_OPTIONS,
                                          {"stop", required_argument, 0, O_STOP},
-                                         {"stop-ids", required_argument, 0, O_STOPIDS},
-                                         {"ignore-eos", no_argument, 0, O_NOEOS},
-                                         {"logprobs", required_argument, 0, O_LP},
                                          {"ids", no_argument, 0, O_PRINTIDS},
                                          {0, 0, 0, 0}};
     gen_req_t g;
@@ -219,51 +185,30 @@ static int cmd_generate(ctl_t *c, int argc, char **argv)
             g.r.messages_json = optarg;
             break;
         case O_IDS:
-            rc = parse_ids(optarg, &g.prompt_ids, &g.r.n_tokens);
+            free(g.prompt_ids);
+            g.prompt_ids = NULL;
+            g.r.n_tokens = 0;
+            rc = td_sampling_flags_parse_ids("--prompt-ids", optarg, &g.prompt_ids, &g.r.n_tokens);
             g.r.tokens = g.prompt_ids;
-            break;
-        case O_MAX:
-            g.sp.max_tokens = atoi(optarg);
-            break;
-        case O_TEMP:
-            g.sp.temperature = (float)atof(optarg);
-            break;
-        case O_TOPK:
-            g.sp.top_k = atoi(optarg);
-            break;
-        case O_TOPP:
-            g.sp.top_p = (float)atof(optarg);
-            break;
-        case O_MINP:
-            g.sp.min_p = (float)atof(optarg);
-            break;
-        case O_SEED:
-            g.sp.seed = strtoull(optarg, NULL, 10);
             break;
         case O_STOP:
             if (g.r.n_stop < 16)
                 g.stop_store[g.r.n_stop++] = optarg;
             break;
-        case O_STOPIDS:
-            rc = parse_ids(optarg, &g.stop_ids, &g.sp.n_stop_ids);
-            g.sp.stop_ids = g.stop_ids;
-            break;
-        case O_NOEOS:
-            g.sp.ignore_eos = true;
-            break;
-        case O_LP:
-            g.sp.logprobs = atoi(optarg);
-            break;
         case O_PRINTIDS:
             print_ids = true;
             break;
         default:
-            rc = td_err_set(TD_EINVAL, "generate: unknown or incomplete option \"%s\"",
-                            argv[optind - 1]);
+            if (td_sampling_flags_has(ch))
+                rc = td_sampling_flags_apply(ch, optarg, &g.smp);
+            else
+                rc = td_err_set(TD_EINVAL, "generate: unknown or incomplete option \"%s\"",
+                                argv[optind - 1]);
         }
     }
     if (!rc && !g.r.prompt && !g.r.messages_json && !g.r.n_tokens)
         rc = td_err_set(TD_EINVAL, "generate: give --prompt, --messages or --prompt-ids");
+    gen_req_ready(&g);
     gen_out_t o = {.stream = true};
     td_buf_init(&o.text);
     if (!rc)
@@ -316,19 +261,19 @@ static int parse_line(json_object *j, batch_item_t *b, size_t lineno)
         g->r.n_tokens = n;
     }
     if (json_object_object_get_ex(j, "max_tokens", &v))
-        g->sp.max_tokens = json_object_get_int(v);
+        g->smp.max_tokens = json_object_get_int(v);
     if (json_object_object_get_ex(j, "temperature", &v))
-        g->sp.temperature = (float)json_object_get_double(v);
+        g->smp.temperature = (float)json_object_get_double(v);
     if (json_object_object_get_ex(j, "top_k", &v))
-        g->sp.top_k = json_object_get_int(v);
+        g->smp.top_k = json_object_get_int(v);
     if (json_object_object_get_ex(j, "top_p", &v))
-        g->sp.top_p = (float)json_object_get_double(v);
+        g->smp.top_p = (float)json_object_get_double(v);
     if (json_object_object_get_ex(j, "min_p", &v))
-        g->sp.min_p = (float)json_object_get_double(v);
+        g->smp.min_p = (float)json_object_get_double(v);
     if (json_object_object_get_ex(j, "seed", &v))
-        g->sp.seed = (uint64_t)json_object_get_int64(v);
+        g->smp.seed = (uint64_t)json_object_get_int64(v);
     if (json_object_object_get_ex(j, "ignore_eos", &v))
-        g->sp.ignore_eos = json_object_get_boolean(v);
+        g->smp.ignore_eos = json_object_get_boolean(v);
     if (json_object_object_get_ex(j, "stop", &v) && json_object_is_type(v, json_type_array))
         for (size_t i = 0; i < json_object_array_length(v) && g->r.n_stop < 16; i++)
             g->stop_store[g->r.n_stop++] =
@@ -371,9 +316,8 @@ static int cmd_batch(ctl_t *c, const char *path)
                      : td_err_set(TD_EPARSE, "%s: line %zu is not JSON", path, n);
     }
     for (size_t i = 0; i < n && !rc; i++) {
-        /* the array may have moved while it grew: point each request at its own parts again */
-        items[i].g.r.sampling = &items[i].g.sp;
-        items[i].g.r.stop = items[i].g.stop_store;
+        /* the array may have moved while it grew: point each request at its own parts now */
+        gen_req_ready(&items[i].g);
         items[i].g.r.request_id = i + 1;
         rc = td_client_generate_start(c->cl, &items[i].g.r, on_chunk, &items[i].o);
     }

@@ -2,6 +2,7 @@
  * prompt (token ids, or text when the model has a tokenizer.json), decode with the sampler, print
  * the output and the prefill and decode throughput. */
 #include "cli.h"
+#include "sampling_flags.h"
 #include "td_chat.h"
 #include "td_engine.h"
 #include "td_error.h"
@@ -43,64 +44,6 @@ static void usage(FILE *out)
             "  --chunk N              prefill in chunks of N tokens (default: the whole prompt)\n");
 }
 
-/* "1,2,3" -> ids. 0 or TD_EINVAL with a message naming the flag. */
-static int parse_ids(const char *flag, const char *s, int32_t **out, int *n)
-{
-    char *copy = td_strdup(s);
-    int cap = 16, rc = 0;
-    int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
-    *n = 0;
-    if (!copy || !ids) {
-        rc = td_err_set(TD_ENOMEM, "out of memory");
-        goto out;
-    }
-    char *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int64_t v;
-        if (td_parse_i64(tok, &v) != 0 || v < 0 || v > INT32_MAX) {
-            rc = td_err_set(TD_EINVAL, "%s: \"%s\" is not a token id", flag, tok);
-            goto out;
-        }
-        if (*n == cap) {
-            cap *= 2;
-            int32_t *p = realloc(ids, (size_t)cap * sizeof(int32_t));
-            if (!p) {
-                rc = td_err_set(TD_ENOMEM, "out of memory");
-                goto out;
-            }
-            ids = p;
-        }
-        ids[(*n)++] = (int32_t)v;
-    }
-    if (*n == 0)
-        rc = td_err_set(TD_EINVAL, "%s: no token ids", flag);
-out:
-    free(copy);
-    if (rc)
-        free(ids);
-    else
-        *out = ids;
-    return rc;
-}
-
-static int parse_int(const char *flag, const char *s, int lo, int hi, int *out)
-{
-    int64_t v;
-    if (td_parse_i64(s, &v) != 0 || v < lo || v > hi)
-        return td_err_set(TD_EINVAL, "%s: \"%s\" is not an integer in [%d, %d]", flag, s, lo, hi);
-    *out = (int)v;
-    return 0;
-}
-
-static int parse_float(const char *flag, const char *s, float *out)
-{
-    double v;
-    if (td_parse_double(s, &v) != 0)
-        return td_err_set(TD_EINVAL, "%s: \"%s\" is not a number", flag, s);
-    *out = (float)v;
-    return 0;
-}
-
 typedef struct gen_args {
     const char *model;
     const char *prompt;
@@ -113,36 +56,11 @@ typedef struct gen_args {
 
 static int parse_args(int argc, char **argv, gen_args_t *a)
 {
-    enum {
-        O_PROMPT = 256,
-        O_MSGS,
-        O_IDS,
-        O_MAX,
-        O_TEMP,
-        O_TOPK,
-        O_TOPP,
-        O_MINP,
-        O_SEED,
-        O_STOP,
-        O_NOEOS,
-        O_LP,
-        O_THREADS,
-        O_BLOCK,
-        O_CHUNK,
-        O_HELP
-    };
+    enum { O_PROMPT = 256, O_MSGS, O_IDS, O_THREADS, O_BLOCK, O_CHUNK, O_HELP };
     static const struct option opts[] = {{"prompt", required_argument, 0, O_PROMPT},
                                          {"messages", required_argument, 0, O_MSGS},
                                          {"prompt-ids", required_argument, 0, O_IDS},
-                                         {"max-tokens", required_argument, 0, O_MAX},
-                                         {"temperature", required_argument, 0, O_TEMP},
-                                         {"top-k", required_argument, 0, O_TOPK},
-                                         {"top-p", required_argument, 0, O_TOPP},
-                                         {"min-p", required_argument, 0, O_MINP},
-                                         {"seed", required_argument, 0, O_SEED},
-                                         {"stop-ids", required_argument, 0, O_STOP},
-                                         {"ignore-eos", no_argument, 0, O_NOEOS},
-                                         {"logprobs", required_argument, 0, O_LP},
+                                         TD_SAMPLING_FLAG_OPTIONS,
                                          {"threads", required_argument, 0, O_THREADS},
                                          {"block-size", required_argument, 0, O_BLOCK},
                                          {"chunk", required_argument, 0, O_CHUNK},
@@ -156,9 +74,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
     optind = 1;
     opterr = 0;
     while (rc == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        int32_t *ids;
-        int n;
-        uint64_t seed;
+        size_t n;
         switch (c) {
         case O_PROMPT:
             a->prompt = optarg;
@@ -169,58 +85,26 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
         case O_IDS:
             free(a->prompt_ids);
             a->prompt_ids = NULL;
-            rc = parse_ids("--prompt-ids", optarg, &a->prompt_ids, &a->n_prompt);
-            break;
-        case O_MAX:
-            rc = parse_int("--max-tokens", optarg, 1, 1 << 20, &a->sp.max_tokens);
-            break;
-        case O_TEMP:
-            rc = parse_float("--temperature", optarg, &a->sp.temperature);
-            break;
-        case O_TOPK:
-            rc = parse_int("--top-k", optarg, 0, 1 << 24, &a->sp.top_k);
-            break;
-        case O_TOPP:
-            rc = parse_float("--top-p", optarg, &a->sp.top_p);
-            break;
-        case O_MINP:
-            rc = parse_float("--min-p", optarg, &a->sp.min_p);
-            break;
-        case O_SEED:
-            if (td_parse_u64(optarg, &seed) != 0)
-                rc = td_err_set(TD_EINVAL, "--seed: \"%s\" is not an integer", optarg);
-            a->sp.seed = seed;
-            break;
-        case O_STOP:
-            if ((rc = parse_ids("--stop-ids", optarg, &ids, &n)) == 0) {
-                if (n > TD_SAMPLER_MAX_STOP)
-                    rc = td_err_set(TD_EINVAL, "--stop-ids: at most %d", TD_SAMPLER_MAX_STOP);
-                else
-                    memcpy(a->sp.stop_ids, ids, (size_t)n * sizeof(int32_t));
-                a->sp.n_stop = n;
-                free(ids);
-            }
-            break;
-        case O_NOEOS:
-            a->sp.ignore_eos = true;
-            break;
-        case O_LP:
-            rc = parse_int("--logprobs", optarg, 0, TD_SAMPLER_MAX_LOGPROBS, &a->sp.logprobs);
+            rc = td_sampling_flags_parse_ids("--prompt-ids", optarg, &a->prompt_ids, &n);
+            a->n_prompt = rc ? 0 : (int)n;
             break;
         case O_THREADS:
-            rc = parse_int("--threads", optarg, 1, 256, &a->threads);
+            rc = td_sampling_flags_parse_int("--threads", optarg, 1, 256, &a->threads);
             break;
         case O_BLOCK:
-            rc = parse_int("--block-size", optarg, 1, 4096, &a->block);
+            rc = td_sampling_flags_parse_int("--block-size", optarg, 1, 4096, &a->block);
             break;
         case O_CHUNK:
-            rc = parse_int("--chunk", optarg, 1, 1 << 20, &a->chunk);
+            rc = td_sampling_flags_parse_int("--chunk", optarg, 1, 1 << 20, &a->chunk);
             break;
         case O_HELP:
             usage(stdout);
             exit(0);
         default:
-            rc = td_err_set(TD_EINVAL, "unknown or incomplete option \"%s\"", argv[optind - 1]);
+            if (td_sampling_flags_has(c))
+                rc = td_sampling_flags_apply(c, optarg, &a->sp);
+            else
+                rc = td_err_set(TD_EINVAL, "unknown or incomplete option \"%s\"", argv[optind - 1]);
         }
     }
     if (rc)

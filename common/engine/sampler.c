@@ -1,6 +1,7 @@
 /* sampler.c: greedy, temperature, top-k, top-p and min-p sampling with a per-request random
  * stream, stop conditions and top-n logprobs. */
 #include "td_error.h"
+#include "td_rng.h"
 #include "td_sampler.h"
 #include "td_util.h"
 
@@ -14,31 +15,6 @@ void td_sampling_defaults(td_sampling_t *p)
     p->top_p = 1.0f;
     p->eos_id = -1;
     p->logprobs = -1;
-}
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t xoshiro(uint64_t *s)
-{
-    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return r;
 }
 
 int td_sampler_init(td_sampler_t *s, const td_sampling_t *p, int vocab)
@@ -64,9 +40,7 @@ int td_sampler_init(td_sampler_t *s, const td_sampling_t *p, int vocab)
                           TD_SAMPLER_MAX_LOGPROBS);
     s->p = *p;
     s->vocab = vocab;
-    uint64_t x = p->seed;
-    for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&x);
+    td_rng_seed(&s->rng, p->seed);
     s->prob = td_calloc((size_t)vocab, sizeof(float));
     s->idx = td_calloc((size_t)vocab, sizeof(int32_t));
     if (!s->prob || !s->idx) {
@@ -191,7 +165,7 @@ static int32_t draw(td_sampler_t *s, const float *logits)
     double tot = 0;
     for (int i = 0; i < n; i++)
         tot += p[ix[i]];
-    double u = (double)(xoshiro(s->rng) >> 11) * (1.0 / 9007199254740992.0) * tot, acc = 0;
+    double u = td_rng_uniform(&s->rng) * tot, acc = 0;
     for (int i = 0; i < n; i++) {
         acc += p[ix[i]];
         if (u < acc)
@@ -254,6 +228,6 @@ void td_sampler_sample(td_sampler_t *s, const float *logits, td_sample_t *out)
 td_finish_t td_sampler_accept(td_sampler_t *s, int32_t token)
 {
     if (s->p.temperature != 0)
-        (void)xoshiro(s->rng); /* draw() takes exactly one value per token */
+        (void)td_rng_next(&s->rng); /* draw() takes exactly one value per token */
     return finish_after(s, token);
 }

@@ -11,6 +11,8 @@
 #ifndef TD_SAMPLER_H
 #define TD_SAMPLER_H
 
+#include "td_rng.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -57,7 +59,7 @@ typedef struct td_sample {
 typedef struct td_sampler {
     td_sampling_t p;
     int vocab;
-    uint64_t rng[4]; /* xoshiro256** state */
+    td_rng_t rng; /* xoshiro256** state */
     int n_generated;
     float *prob;  /* [vocab] scratch: tempered probabilities */
     int32_t *idx; /* [vocab] scratch: candidate ids */

@@ -131,12 +131,106 @@ struct td_tokenizer {
     size_t npool;
 };
 
-/* Internal, shared between tokenizer_load.c and tokenizer.c. */
+/* Sizes of the per-call scratch. */
+enum {
+    TD__CACHE_SLOTS = 1 << 14,          /* word cache slots (power of two) */
+    TD__CACHE_TEXT = 512 << 10,         /* bytes of cached words */
+    TD__CACHE_IDS = 128 << 10,          /* ids of cached words */
+    TD__MAX_STEPS = TD__MAX_PRETOK + 1, /* pre-tokenizer steps + the ByteLevel regex */
+};
+
+/* One piece of a split: [start, end) in the piece being split; `match` says whether the pattern
+ * matched it (for the behavior rules). */
+typedef struct span {
+    size_t start, end;
+    bool match;
+} td__span_t;
+
+typedef struct spanvec {
+    td__span_t *v; /* [n] */
+    size_t n, cap;
+} td__spanvec_t;
+
+typedef struct cache_ent {
+    uint64_t hash; /* 0 = empty */
+    uint32_t toff; /* word bytes in text arena */
+    uint32_t ioff; /* ids in ids arena */
+    uint16_t tlen, nids;
+} td__cache_ent_t;
+
+typedef struct sym {
+    int32_t id;    /* token id of this symbol, -1 once merged into its left neighbour */
+    int32_t prev;  /* index of the previous live symbol, -1 none */
+    int32_t next;  /* index of the next live symbol, -1 none */
+    uint32_t rank; /* scan mode: rank of the pair (this, next), UINT32_MAX none */
+} td__sym_t;
+
+/* Per-call encode state, pooled on the tokenizer (scratch_get / scratch_put in tokenizer.c): one
+ * encode at a time uses it, so nothing in it is locked. */
+struct td_scratch {
+    pcre2_match_data *md;
+    pcre2_match_context *mctx;
+    pcre2_jit_stack *jstack;
+    td__spanvec_t lv[TD__MAX_STEPS]; /* per pre-tokenizer depth */
+    td_buf_t text;                   /* input after U+FFFD replacement */
+    td_buf_t norm;                   /* normalized piece */
+    td_buf_t pfx;                    /* piece with ByteLevel's prefix space */
+    td_buf_t map;                    /* byte-level string of a word (ignore_merges lookup) */
+    td__sym_t *sym;                  /* [symcap] BPE symbols of the current word */
+    size_t symcap;
+    uint64_t *heap;         /* [symcap] BPE pair queue: rank << 32 | position */
+    td__cache_ent_t *cache; /* [TD__CACHE_SLOTS] */
+    size_t cache_n;
+    char *cache_text; /* [TD__CACHE_TEXT] */
+    size_t cache_text_len;
+    int32_t *cache_ids; /* [TD__CACHE_IDS] */
+    size_t cache_ids_len;
+};
+
+/* The code point at p[0] (n bytes left), its length in *len; U+FFFD with length 1 on an invalid
+ * sequence (which sanitized text never has). Inline: every encode stage calls it per character. */
+static inline uint32_t td__cp_at(const char *p, size_t n, size_t *len)
+{
+    size_t l = td_utf8_valid_len((const uint8_t *)p, n);
+    if (!l) { /* cannot happen on sanitized text */
+        *len = 1;
+        return 0xFFFD;
+    }
+    *len = l;
+    return td_utf8_decode((const uint8_t *)p, l);
+}
+
+/* Internal, shared between the tokenizer's files. */
+
+/* xxh3 of n bytes at p, never 0 (0 marks an empty table slot). */
 uint64_t td__hash(const void *p, size_t n);
+/* The id stored for key [s, s+n) in m (keys live in tok->arena), -1 when absent. */
 int32_t td__strmap_get(const td_tokenizer_t *tok, const td__strmap_t *m, const char *s, size_t n);
-/* Compile a pattern for PCRE2 (UTF, UCP, JIT), after rewriting \s and \S to Oniguruma's meaning.
- * NULL on error with td_err_msg naming `what`. */
-pcre2_code *td__regex_compile(const char *name, const char *what, const char *pat, size_t len);
+/* Free a scratch and everything it holds; NULL is a no-op. */
 void td__scratch_free(struct td_scratch *s);
+
+/* Make room for `extra` more ids in t. 0 or TD_ENOMEM (t unchanged). */
+int td__tokens_reserve(td_tokens_t *t, size_t extra);
+/* Stage 4: BPE one word of raw bytes [w, w+n) and append its ids to out (through the word cache
+ * in s). 0 or TD_ENOMEM. */
+int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
+                 td_tokens_t *out);
+/* Stage 3: run pre-tokenizer steps `step`.. over [p, p+n), then BPE each word, appending ids to
+ * out. 0, TD_ENOMEM, or TD_EINTERNAL when PCRE2 fails (message set). */
+int td__pretok_run(const td_tokenizer_t *tok, struct td_scratch *s, size_t step, const char *p,
+                   size_t n, td_tokens_t *out);
+
+/* What td__split_added hands the text between added tokens to. */
+typedef int (*td__segment_fn)(const td_tokenizer_t *tok, struct td_scratch *s, const char *p,
+                              size_t n, td_tokens_t *out);
+/* Stages 1 and 2: emit the ids of the added tokens of trie t found in [p, p+n) (HF
+ * AddedVocabulary::find_matches + split_with_indices) and hand the text between them to seg.
+ * 0 or the first error of seg / TD_ENOMEM. */
+int td__split_added(const td_tokenizer_t *tok, struct td_scratch *s, const td__trie_t *t,
+                    const char *p, size_t n, td__segment_fn seg, td_tokens_t *out);
+/* A piece between raw added tokens: normalize it, then split out the normalized added tokens and
+ * pre-tokenize the rest. A td__segment_fn. */
+int td__seg_normalize(const td_tokenizer_t *tok, struct td_scratch *s, const char *p, size_t n,
+                      td_tokens_t *out);
 
 #endif

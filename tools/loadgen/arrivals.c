@@ -1,69 +1,31 @@
-/* arrivals.c: seeded random numbers and the open-loop arrival schedule (vLLM's get_request). */
+/* arrivals.c: the load generator's random distributions (on td_rng.h's generator) and the
+ * open-loop arrival schedule (vLLM's get_request). */
 #include "bench.h"
 #include "td_error.h"
 
 #include <math.h>
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-void td_bench_rng_seed(td_bench_rng_t *r, uint64_t seed)
-{
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-uint64_t td_bench_rng_u64(td_bench_rng_t *r)
-{
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-double td_bench_rng_uniform(td_bench_rng_t *r)
-{
-    return (double)(td_bench_rng_u64(r) >> 11) * 0x1.0p-53;
-}
-
-int64_t td_bench_rng_range(td_bench_rng_t *r, int64_t lo, int64_t hi)
+int64_t td_bench_rng_range(td_rng_t *r, int64_t lo, int64_t hi)
 {
     if (hi <= lo)
         return lo;
     uint64_t span = (uint64_t)(hi - lo) + 1;
-    return lo + (int64_t)(td_bench_rng_u64(r) % span);
+    return lo + (int64_t)(td_rng_next(r) % span);
 }
 
-double td_bench_rng_normal(td_bench_rng_t *r)
+double td_bench_rng_normal(td_rng_t *r)
 {
-    double u1 = td_bench_rng_uniform(r), u2 = td_bench_rng_uniform(r);
+    double u1 = td_rng_uniform(r), u2 = td_rng_uniform(r);
     if (u1 < 1e-300)
         u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
-double td_bench_rng_gamma(td_bench_rng_t *r, double shape, double scale)
+double td_bench_rng_gamma(td_rng_t *r, double shape, double scale)
 {
     if (shape < 1.0) {
         /* Gamma(a) = Gamma(a + 1) x U^(1/a) */
-        double u = td_bench_rng_uniform(r);
+        double u = td_rng_uniform(r);
         return td_bench_rng_gamma(r, shape + 1.0, scale) * pow(u > 0 ? u : 1e-300, 1.0 / shape);
     }
     double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
@@ -74,7 +36,7 @@ double td_bench_rng_gamma(td_bench_rng_t *r, double shape, double scale)
             v = 1.0 + c * x;
         } while (v <= 0.0);
         v = v * v * v;
-        double u = td_bench_rng_uniform(r);
+        double u = td_rng_uniform(r);
         if (u < 1.0 - 0.0331 * x * x * x * x)
             return d * v * scale;
         if (log(u > 0 ? u : 1e-300) < 0.5 * x * x + d * (1.0 - v + log(v)))
@@ -95,8 +57,8 @@ int td_bench_arrivals(size_t n, double rate, double burstiness, uint64_t seed, d
             out[i] = 0;
         return 0;
     }
-    td_bench_rng_t rng;
-    td_bench_rng_seed(&rng, seed);
+    td_rng_t rng;
+    td_rng_seed(&rng, seed);
     double acc = 0;
     for (size_t i = 0; i < n; i++) {
         /* burstiness -> infinity: Gamma(k, 1/(rate k)) concentrates on its mean 1/rate */

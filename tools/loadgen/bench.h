@@ -10,6 +10,7 @@
 #ifndef TD_BENCH_H
 #define TD_BENCH_H
 
+#include "td_rng.h"
 #include "td_tokenizer.h"
 #include "td_util.h"
 
@@ -20,23 +21,14 @@
 
 /* ---- random numbers and arrivals (arrivals.c) ---- */
 
-/* xoshiro256** seeded through splitmix64: the same seed gives the same stream on every machine. */
-typedef struct td_bench_rng {
-    uint64_t s[4];
-} td_bench_rng_t;
-
-/* Seed the generator (any value, 0 included). */
-void td_bench_rng_seed(td_bench_rng_t *r, uint64_t seed);
-/* The next 64 random bits. */
-uint64_t td_bench_rng_u64(td_bench_rng_t *r);
-/* Uniform in [0, 1). */
-double td_bench_rng_uniform(td_bench_rng_t *r);
+/* Distributions drawn from td_rng.h's seeded generator (td_rng_seed, td_rng_next,
+ * td_rng_uniform), so a seed gives the same workload and schedule on every machine. */
 /* Uniform integer in [lo, hi] (inclusive). */
-int64_t td_bench_rng_range(td_bench_rng_t *r, int64_t lo, int64_t hi);
+int64_t td_bench_rng_range(td_rng_t *r, int64_t lo, int64_t hi);
 /* Standard normal (Box-Muller). */
-double td_bench_rng_normal(td_bench_rng_t *r);
+double td_bench_rng_normal(td_rng_t *r);
 /* Gamma(shape, scale) by Marsaglia and Tsang (shape < 1 through the shape + 1 boost). */
-double td_bench_rng_gamma(td_bench_rng_t *r, double shape, double scale);
+double td_bench_rng_gamma(td_rng_t *r, double shape, double scale);
 
 /* Send times of `n` requests, as vLLM's get_request computes them: inter-arrival gaps drawn from
  * Gamma(shape = burstiness, scale = 1 / (rate x burstiness)) (mean 1/rate; burstiness 1 is a

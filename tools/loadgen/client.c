@@ -7,7 +7,7 @@
  * scanned without building JSON trees, and the per-request text and ITL arrays grow by doubling
  * from a size reserved at submit, so a steady stream allocates nothing per token.
  */
-#include "bench.h"
+#include "client_impl.h"
 #include "td_error.h"
 
 #include <errno.h>
@@ -19,132 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
-
-enum {
-    RBUF_SIZE = 256 * 1024,
-    MAX_LINE = 64 * 1024,        /* header or SSE line */
-    MAX_ERR_BODY = 512,          /* bytes of an error body kept for the message */
-    MAX_BODY = 64 * 1024 * 1024, /* non-streamed body */
-};
-
-typedef enum state {
-    S_STATUS,
-    S_HEADERS,
-    S_BODY_CL,    /* Content-Length bytes left in `remain` */
-    S_BODY_EOF,   /* body until the connection closes */
-    S_CHUNK_SIZE, /* reading a chunk-size line */
-    S_CHUNK_DATA, /* `remain` bytes of chunk data left */
-    S_CHUNK_CRLF, /* the CRLF after chunk data */
-    S_TRAILER,    /* trailer lines after the last chunk */
-} state_t;
-
-typedef struct conn conn_t;
-
-struct td_bench_client {
-    uv_loop_t *loop;
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
-    td_bench_target_t t;
-    td_buf_t head; /* request head up to (not including) Content-Length */
-    td_bench_done_cb cb;
-    void *arg;
-    conn_t *idle; /* idle keep-alive connections (singly linked through next) */
-    conn_t *all;  /* every open connection (doubly linked) */
-    size_t inflight, nconns;
-    size_t alive; /* connection structs not yet freed (open or closing) */
-    bool closing;
-    char rbuf[RBUF_SIZE]; /* every read lands here and is consumed in its callback */
-};
-
-struct conn {
-    int fd;           /* the socket, -1 before connecting; closed after `poll` is */
-    uv_poll_t poll;   /* readiness of fd (initialised at connect: has_poll) */
-    uv_timer_t timer; /* the request's deadline */
-    td_bench_client_t *cl;
-    td_bench_result_t *r; /* the request on this connection, or NULL when idle */
-    conn_t *next;         /* idle list */
-    conn_t *all_prev, *all_next;
-    td_buf_t wbuf; /* request bytes */
-    size_t woff;   /* bytes of wbuf already written */
-    td_buf_t line; /* a header, chunk-size or SSE line that straddles reads */
-    td_buf_t sse;  /* an SSE line that straddles reads */
-    td_buf_t body; /* non-streamed body, or the start of an error body */
-    state_t st;
-    int status;
-    int64_t remain;
-    uint64_t send_ns, last_ns; /* monotonic ns: request sent, last chunk with choices */
-    int handles;               /* open uv handles (timer, poll) */
-    int poll_events;           /* what `poll` currently waits for */
-    bool stream, chat, has_poll, connecting, writing, chunked, has_len, keepalive, got_bytes,
-        reused, first, closing;
-};
-
-const char *td_bench_err_name(td_bench_err_t e)
-{
-    switch (e) {
-    case TD_BENCH_OK:
-        return "ok";
-    case TD_BENCH_ERR_CONNECT:
-        return "connect";
-    case TD_BENCH_ERR_HTTP:
-        return "http";
-    case TD_BENCH_ERR_STREAM:
-        return "stream";
-    case TD_BENCH_ERR_TIMEOUT:
-        return "timeout";
-    default:
-        return "?";
-    }
-}
-
-void td_bench_result_init(td_bench_result_t *r)
-{
-    memset(r, 0, sizeof(*r));
-    td_buf_init(&r->text);
-    r->usage_completion_tokens = -1;
-    r->srv_ttft = r->req_leg = r->resp_leg = -1;
-}
-
-void td_bench_result_free(td_bench_result_t *r)
-{
-    free(r->error);
-    free(r->itl);
-    td_buf_free(&r->text);
-    r->error = NULL;
-    r->itl = NULL;
-}
-
-void td_bench_result_fail(td_bench_result_t *r, td_bench_err_t kind, const char *fmt, ...)
-{
-    if (r->err != TD_BENCH_OK)
-        return;
-    r->err = kind;
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    r->error = td_strdup(msg);
-}
-
-int td_bench_result_add_itl(td_bench_result_t *r, double v)
-{
-    if (r->n_itl == r->cap_itl) {
-        size_t cap = r->cap_itl ? r->cap_itl * 2 : 64;
-        double *p = td_reallocarray(r->itl, cap, sizeof(double));
-        if (!p)
-            return TD_ENOMEM;
-        r->itl = p;
-        r->cap_itl = cap;
-    }
-    r->itl[r->n_itl++] = v;
-    return 0;
-}
 
 /* ---- connection lifetime ---- */
 
@@ -185,7 +63,7 @@ static void idle_remove(conn_t *c)
 }
 
 /* Close the connection; it must carry no request. */
-static void conn_close(conn_t *c)
+void td__bench_conn_close(conn_t *c)
 {
     if (c->closing)
         return;
@@ -235,7 +113,7 @@ static conn_t *conn_new(td_bench_client_t *cl)
 
 /* The request on `c` is over (r->err says how). Hands the connection back (idle when reusable,
  * else closed) before calling the user's callback, which may submit more work. */
-static void finish(conn_t *c, bool reusable)
+void td__bench_finish(conn_t *c, bool reusable)
 {
     td_bench_result_t *r = c->r;
     td_bench_client_t *cl = c->cl;
@@ -248,14 +126,12 @@ static void finish(conn_t *c, bool reusable)
         c->next = cl->idle;
         cl->idle = c;
     } else {
-        conn_close(c);
+        td__bench_conn_close(c);
     }
     cl->cb(r, cl->arg);
 }
 
-static void fail(conn_t *c, td_bench_err_t kind, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void fail(conn_t *c, td_bench_err_t kind, const char *fmt, ...)
+void td__bench_fail(conn_t *c, td_bench_err_t kind, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -263,7 +139,7 @@ static void fail(conn_t *c, td_bench_err_t kind, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     td_bench_result_fail(c->r, kind, "%s", msg);
-    finish(c, false);
+    td__bench_finish(c, false);
 }
 
 static void start_request(conn_t *c);
@@ -296,369 +172,13 @@ static bool retry_fresh(conn_t *c)
     n->send_ns = c->send_ns;
     c->r = NULL;
     arm_timeout(n); /* the retry gets the whole timeout again */
-    conn_close(c);
+    td__bench_conn_close(c);
     if (conn_connect(n) != 0) {
         c = n; /* report on the new connection */
         td_bench_result_fail(c->r, TD_BENCH_ERR_CONNECT, "connect: %s", td_err_msg());
-        finish(c, false);
+        td__bench_finish(c, false);
     }
     return true;
-}
-
-/* ---- response parsing ---- */
-
-static void complete(conn_t *c, uint64_t now)
-{
-    td_bench_result_t *r = c->r;
-    r->http_status = c->status;
-    if (c->status != 200) {
-        size_t n = c->body.len;
-        while (n > 0 && (c->body.data[n - 1] == '\n' || c->body.data[n - 1] == '\r'))
-            n--;
-        td_bench_result_fail(r, TD_BENCH_ERR_HTTP, "HTTP %d: %.*s", c->status, (int)n,
-                             n ? c->body.data : "");
-        finish(c, true);
-        return;
-    }
-    if (!c->stream) {
-        td_bench_chunk_t ch;
-        if (td_bench_chunk_scan(c->body.data ? c->body.data : "", c->body.len, &ch) != 0) {
-            td_bench_result_fail(r, TD_BENCH_ERR_STREAM, "response body: %s", td_err_msg());
-            finish(c, true);
-            return;
-        }
-        if (!ch.has_choices) {
-            td_bench_result_fail(r, TD_BENCH_ERR_STREAM, "response body has no choices");
-            finish(c, true);
-            return;
-        }
-        if (ch.text && td_bench_json_unescape(ch.text, ch.text_len, &r->text) != 0) {
-            td_bench_result_fail(r, TD_BENCH_ERR_STREAM, "response text: %s", td_err_msg());
-            finish(c, true);
-            return;
-        }
-        r->usage_completion_tokens = ch.completion_tokens;
-        r->ttft = r->latency = (double)(now - c->send_ns) * 1e-9;
-        r->n_chunks = 1;
-        finish(c, true);
-        return;
-    }
-    if (!c->first) {
-        td_bench_result_fail(r, TD_BENCH_ERR_STREAM,
-                             "never received a chunk with choices to calculate TTFT");
-        finish(c, true);
-        return;
-    }
-    r->latency = (double)(c->last_ns - c->send_ns) * 1e-9;
-    finish(c, true);
-}
-
-/* One SSE line (no newline). Returns false when the request failed (c->r is gone). */
-static bool sse_line(conn_t *c, const char *p, size_t n, uint64_t now)
-{
-    if (n > 0 && p[n - 1] == '\r')
-        n--;
-    if (n < 5 || memcmp(p, "data:", 5) != 0)
-        return true; /* blank line (event end), comment, or a field vLLM's client never uses */
-    p += 5;
-    n -= 5;
-    if (n > 0 && *p == ' ') {
-        p++;
-        n--;
-    }
-    if (n == 6 && memcmp(p, "[DONE]", 6) == 0)
-        return true;
-    td_bench_chunk_t ch;
-    td_bench_result_t *r = c->r;
-    if (td_bench_chunk_scan(p, n, &ch) != 0) {
-        fail(c, TD_BENCH_ERR_STREAM, "SSE data: %s", td_err_msg());
-        return false;
-    }
-    if (ch.has_choices) {
-        if (!c->first) {
-            c->first = true;
-            r->ttft = (double)(now - c->send_ns) * 1e-9;
-        } else if (td_bench_result_add_itl(r, (double)(now - c->last_ns) * 1e-9) != 0) {
-            fail(c, TD_BENCH_ERR_STREAM, "out of memory");
-            return false;
-        }
-        c->last_ns = now;
-        r->n_chunks++;
-        if (ch.text && td_bench_json_unescape(ch.text, ch.text_len, &r->text) != 0) {
-            fail(c, TD_BENCH_ERR_STREAM, "SSE text: %s", td_err_msg());
-            return false;
-        }
-    } else if (c->chat && c->first) {
-        c->last_ns = now; /* vLLM's chat client moves the end time on every chunk */
-    }
-    if (ch.completion_tokens >= 0)
-        r->usage_completion_tokens = ch.completion_tokens;
-    if (ch.srv_ttft_us >= 0 && r->srv_ttft < 0)
-        r->srv_ttft = (double)ch.srv_ttft_us * 1e-6;
-    if (ch.srv_send_ns > 0 && ch.srv_recv_ns > 0 && r->resp_leg < 0) {
-        r->resp_leg = ((double)now - (double)ch.srv_send_ns) * 1e-9;
-        r->req_leg = ((double)ch.srv_recv_ns - (double)c->send_ns) * 1e-9;
-    }
-    return true;
-}
-
-/* Body bytes (after de-chunking). false when the request failed. */
-static bool body_bytes(conn_t *c, const char *p, size_t n, uint64_t now)
-{
-    if (c->status != 200) {
-        if (c->body.len < MAX_ERR_BODY)
-            td_buf_append(&c->body, p, TD_MIN(n, MAX_ERR_BODY - c->body.len));
-        return true;
-    }
-    if (!c->stream) {
-        if (c->body.len + n > MAX_BODY) {
-            fail(c, TD_BENCH_ERR_STREAM, "response body over %d bytes", MAX_BODY);
-            return false;
-        }
-        if (td_buf_append(&c->body, p, n) != 0) {
-            fail(c, TD_BENCH_ERR_STREAM, "out of memory");
-            return false;
-        }
-        return true;
-    }
-    while (n > 0) {
-        const char *nl = memchr(p, '\n', n);
-        if (!nl) {
-            if (c->sse.len + n > MAX_LINE) {
-                fail(c, TD_BENCH_ERR_STREAM, "SSE line over %d bytes", MAX_LINE);
-                return false;
-            }
-            td_buf_append(&c->sse, p, n);
-            return true;
-        }
-        size_t k = (size_t)(nl - p);
-        bool ok;
-        if (c->sse.len) {
-            td_buf_append(&c->sse, p, k);
-            ok = sse_line(c, c->sse.data, c->sse.len, now);
-            td_buf_reset(&c->sse);
-        } else {
-            ok = sse_line(c, p, k, now);
-        }
-        if (!ok)
-            return false;
-        p += k + 1;
-        n -= k + 1;
-    }
-    return true;
-}
-
-/* Collect a CRLF-terminated line. Returns 1 with [*lp, *ln) set when complete, 0 when more bytes
- * are needed (everything consumed), -1 on overflow. *used gets the bytes consumed. */
-static int take_line(conn_t *c, const char *p, size_t n, const char **lp, size_t *ln, size_t *used)
-{
-    const char *nl = memchr(p, '\n', n);
-    if (!nl) {
-        if (c->line.len + n > MAX_LINE)
-            return -1;
-        td_buf_append(&c->line, p, n);
-        *used = n;
-        return 0;
-    }
-    size_t k = (size_t)(nl - p);
-    *used = k + 1;
-    if (c->line.len) {
-        if (c->line.len + k > MAX_LINE)
-            return -1;
-        td_buf_append(&c->line, p, k);
-        *lp = c->line.data;
-        *ln = c->line.len;
-    } else {
-        *lp = p;
-        *ln = k;
-    }
-    if (*ln > 0 && (*lp)[*ln - 1] == '\r')
-        (*ln)--;
-    return 1;
-}
-
-static bool header_is(const char *p, size_t n, const char *name, const char **val, size_t *vlen)
-{
-    size_t k = strlen(name);
-    if (n <= k || strncasecmp(p, name, k) != 0 || p[k] != ':')
-        return false;
-    p += k + 1;
-    n -= k + 1;
-    while (n && (*p == ' ' || *p == '\t')) {
-        p++;
-        n--;
-    }
-    while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
-        n--;
-    *val = p;
-    *vlen = n;
-    return true;
-}
-
-static bool contains_token(const char *v, size_t n, const char *tok)
-{
-    size_t k = strlen(tok);
-    for (size_t i = 0; i + k <= n; i++)
-        if (strncasecmp(v + i, tok, k) == 0)
-            return true;
-    return false;
-}
-
-/* Parse [p, p+n) for the request on c; stops when the request is over (completed or failed). */
-static void parse(conn_t *c, const char *p, size_t n, uint64_t now)
-{
-    while (n > 0 && c->r) {
-        const char *lp = NULL;
-        size_t ln = 0, used = 0;
-        int got;
-        switch (c->st) {
-        case S_STATUS:
-        case S_HEADERS:
-        case S_CHUNK_SIZE:
-        case S_TRAILER:
-            got = take_line(c, p, n, &lp, &ln, &used);
-            p += used;
-            n -= used;
-            if (got < 0) {
-                fail(c, TD_BENCH_ERR_STREAM, "HTTP line over %d bytes", MAX_LINE);
-                return;
-            }
-            if (got == 0)
-                return;
-            if (c->st == S_STATUS) {
-                int minor = ln >= 12 ? lp[7] - '0' : -1, status = 0;
-                for (size_t i = 9; i < 12 && ln >= 12; i++)
-                    status = lp[i] >= '0' && lp[i] <= '9' ? status * 10 + (lp[i] - '0') : -1000;
-                if (ln < 12 || memcmp(lp, "HTTP/1.", 7) != 0 || minor < 0 || minor > 9 ||
-                    lp[8] != ' ' || status < 100 || (ln > 12 && lp[12] != ' ')) {
-                    td_buf_reset(&c->line);
-                    fail(c, TD_BENCH_ERR_STREAM, "malformed HTTP status line");
-                    return;
-                }
-                c->status = status;
-                c->keepalive = minor >= 1;
-                c->st = S_HEADERS;
-            } else if (c->st == S_HEADERS) {
-                const char *v;
-                size_t vn;
-                if (ln == 0) {
-                    if (c->status >= 100 && c->status < 200) { /* 1xx: another status follows */
-                        c->st = S_STATUS;
-                    } else if (c->chunked) {
-                        c->st = S_CHUNK_SIZE;
-                    } else if (c->has_len) {
-                        c->st = S_BODY_CL;
-                        if (c->remain == 0) {
-                            td_buf_reset(&c->line);
-                            complete(c, now);
-                            return;
-                        }
-                    } else {
-                        c->st = S_BODY_EOF;
-                        c->keepalive = false;
-                    }
-                } else if (header_is(lp, ln, "content-length", &v, &vn)) {
-                    char tmp[24];
-                    int64_t len;
-                    if (vn == 0 || vn >= sizeof(tmp) ||
-                        (memcpy(tmp, v, vn), tmp[vn] = 0, td_parse_i64(tmp, &len)) != 0 ||
-                        len < 0) {
-                        td_buf_reset(&c->line);
-                        fail(c, TD_BENCH_ERR_STREAM, "bad Content-Length");
-                        return;
-                    }
-                    c->has_len = true;
-                    c->remain = len;
-                } else if (header_is(lp, ln, "transfer-encoding", &v, &vn)) {
-                    c->chunked = contains_token(v, vn, "chunked");
-                } else if (header_is(lp, ln, "connection", &v, &vn)) {
-                    if (contains_token(v, vn, "close"))
-                        c->keepalive = false;
-                    else if (contains_token(v, vn, "keep-alive"))
-                        c->keepalive = true;
-                } else if (memchr(lp, ':', ln) == NULL) {
-                    td_buf_reset(&c->line);
-                    fail(c, TD_BENCH_ERR_STREAM, "malformed HTTP header line");
-                    return;
-                }
-            } else if (c->st == S_CHUNK_SIZE) {
-                uint64_t size = 0;
-                size_t i = 0;
-                for (; i < ln && i < 16; i++) {
-                    char h = lp[i];
-                    int d = h >= '0' && h <= '9'   ? h - '0'
-                            : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                            : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                                   : -1;
-                    if (d < 0)
-                        break;
-                    size = size * 16 + (uint64_t)d;
-                }
-                if (i == 0 || (i < ln && lp[i] != ';' && lp[i] != ' ' && lp[i] != '\t') ||
-                    size > (1ULL << 40)) {
-                    td_buf_reset(&c->line);
-                    fail(c, TD_BENCH_ERR_STREAM, "malformed chunk size");
-                    return;
-                }
-                c->remain = (int64_t)size;
-                c->st = size ? S_CHUNK_DATA : S_TRAILER;
-            } else { /* S_TRAILER */
-                if (ln == 0) {
-                    td_buf_reset(&c->line);
-                    complete(c, now);
-                    return;
-                }
-            }
-            td_buf_reset(&c->line);
-            break;
-        case S_BODY_CL:
-        case S_CHUNK_DATA: {
-            size_t k = (size_t)TD_MIN((int64_t)n, c->remain);
-            if (!body_bytes(c, p, k, now))
-                return;
-            p += k;
-            n -= k;
-            c->remain -= (int64_t)k;
-            if (c->remain == 0) {
-                if (c->st == S_BODY_CL) {
-                    complete(c, now);
-                    return;
-                }
-                c->st = S_CHUNK_CRLF;
-                c->remain = 2;
-            }
-            break;
-        }
-        case S_CHUNK_CRLF:
-            while (n > 0 && c->remain > 0) {
-                char want = c->remain == 2 ? '\r' : '\n';
-                if (*p != want) {
-                    if (c->remain == 2 && *p == '\n') { /* tolerate a bare LF */
-                        c->remain = 0;
-                        p++;
-                        n--;
-                        break;
-                    }
-                    fail(c, TD_BENCH_ERR_STREAM, "missing CRLF after chunk data");
-                    return;
-                }
-                p++;
-                n--;
-                c->remain--;
-            }
-            if (c->remain == 0)
-                c->st = S_CHUNK_SIZE;
-            break;
-        case S_BODY_EOF:
-            if (!body_bytes(c, p, n, now))
-                return;
-            return;
-        }
-    }
-    if (n > 0 && !c->r && !c->closing) {
-        /* bytes after a complete response that nobody asked for: the connection is unusable */
-        conn_close(c);
-    }
 }
 
 static void on_poll(uv_poll_t *p, int status, int events);
@@ -702,21 +222,21 @@ static uint64_t rx_time(struct msghdr *m, uint64_t now)
 static void read_end(conn_t *c, int err)
 {
     if (!c->r) {
-        conn_close(c);
+        td__bench_conn_close(c);
         return;
     }
     if (retry_fresh(c))
         return;
     if (err == 0 && c->st == S_BODY_EOF) {
         c->keepalive = false;
-        complete(c, td_now_ns());
+        td__bench_complete(c, td_now_ns());
         return;
     }
     const char *why = err ? strerror(err) : "end of file";
     if (!c->got_bytes)
-        fail(c, TD_BENCH_ERR_CONNECT, "connection closed before a response (%s)", why);
+        td__bench_fail(c, TD_BENCH_ERR_CONNECT, "connection closed before a response (%s)", why);
     else
-        fail(c, TD_BENCH_ERR_STREAM, "connection closed mid-response (%s)", why);
+        td__bench_fail(c, TD_BENCH_ERR_STREAM, "connection closed mid-response (%s)", why);
 }
 
 static void do_read(conn_t *c)
@@ -750,11 +270,11 @@ static void do_read(conn_t *c)
         if (!cl->t.app_timestamps)
             now = rx_time(&m, now);
         if (!c->r) { /* data on an idle connection: not HTTP we understand; drop it */
-            conn_close(c);
+            td__bench_conn_close(c);
             return;
         }
         c->got_bytes = true;
-        parse(c, cl->rbuf, (size_t)n, now);
+        td__bench_parse(c, cl->rbuf, (size_t)n, now);
         if ((size_t)n < RBUF_SIZE || c->closing)
             return; /* a short read drained the socket; the poll is level-triggered anyway */
     }
@@ -775,7 +295,7 @@ static void write_some(conn_t *c)
         int err = n < 0 ? errno : EPIPE;
         if (retry_fresh(c))
             return;
-        fail(c, TD_BENCH_ERR_CONNECT, "write: %s", strerror(err));
+        td__bench_fail(c, TD_BENCH_ERR_CONNECT, "write: %s", strerror(err));
         return;
     }
     c->writing = c->woff < c->wbuf.len;
@@ -787,7 +307,8 @@ static void timeout_cb(uv_timer_t *t)
     conn_t *c = t->data;
     if (!c->r)
         return;
-    fail(c, TD_BENCH_ERR_TIMEOUT, "no complete response after %.3f s", c->cl->t.timeout_s);
+    td__bench_fail(c, TD_BENCH_ERR_TIMEOUT, "no complete response after %.3f s",
+                   c->cl->t.timeout_s);
 }
 
 static void start_request(conn_t *c)
@@ -814,9 +335,9 @@ static void connected(conn_t *c)
     c->connecting = false;
     if (err != 0) {
         if (c->r)
-            fail(c, TD_BENCH_ERR_CONNECT, "connect: %s", strerror(err));
+            td__bench_fail(c, TD_BENCH_ERR_CONNECT, "connect: %s", strerror(err));
         else
-            conn_close(c);
+            td__bench_conn_close(c);
         return;
     }
     if (c->r)
@@ -834,9 +355,9 @@ static void on_poll(uv_poll_t *p, int status, int events)
         if (c->connecting) {
             c->connecting = false;
             if (c->r)
-                fail(c, TD_BENCH_ERR_CONNECT, "connect: %s", uv_strerror(status));
+                td__bench_fail(c, TD_BENCH_ERR_CONNECT, "connect: %s", uv_strerror(status));
             else
-                conn_close(c);
+                td__bench_conn_close(c);
             return;
         }
         read_end(c, -status);
@@ -952,7 +473,7 @@ int td_bench_client_submit(td_bench_client_t *cl, const char *body, size_t len, 
         rc = td_buf_append(&c->wbuf, body, len);
     if (rc != 0) {
         if (fresh)
-            conn_close(c);
+            td__bench_conn_close(c);
         else {
             c->next = cl->idle;
             cl->idle = c;
@@ -969,7 +490,7 @@ int td_bench_client_submit(td_bench_client_t *cl, const char *body, size_t len, 
     r->send_s = (double)(c->send_ns - t0_ns) * 1e-9;
     if (fresh) {
         if (conn_connect(c) != 0)
-            fail(c, TD_BENCH_ERR_CONNECT, "connect: %s", td_err_msg());
+            td__bench_fail(c, TD_BENCH_ERR_CONNECT, "connect: %s", td_err_msg());
     } else {
         start_request(c);
     }
@@ -996,10 +517,10 @@ void td_bench_client_close(td_bench_client_t *cl)
             td_bench_result_fail(r, TD_BENCH_ERR_CONNECT, "canceled");
             c->r = NULL;
             cl->inflight--;
-            conn_close(c);
+            td__bench_conn_close(c);
             cl->cb(r, cl->arg);
         } else {
-            conn_close(c);
+            td__bench_conn_close(c);
         }
     }
     if (cl->alive == 0) { /* else the last connection's close callback frees the client */

@@ -20,7 +20,7 @@ static const char *const WORDS[] = {
     "about", "many", "then",  "them", "write", "would", "like",  "so",   "these"};
 
 typedef struct gen {
-    td_bench_rng_t rng;
+    td_rng_t rng;
     const td_tokenizer_t *tok;
     int32_t *allowed; /* [n_allowed] ids that are not special tokens */
     size_t n_allowed;
@@ -29,7 +29,7 @@ typedef struct gen {
 static int gen_init(gen_t *g, const td_tokenizer_t *tok, uint64_t seed)
 {
     memset(g, 0, sizeof(*g));
-    td_bench_rng_seed(&g->rng, seed);
+    td_rng_seed(&g->rng, seed);
     g->tok = tok;
     if (!tok)
         return 0;
@@ -106,7 +106,7 @@ static int gen_text_prefixed(gen_t *g, const td_tokens_t *prefix, int64_t n, td_
     }
     if (!g->tok) {
         for (int64_t i = 0; i < n; i++) {
-            const char *w = WORDS[td_bench_rng_u64(&g->rng) % TD_ARRAY_LEN(WORDS)];
+            const char *w = WORDS[td_rng_next(&g->rng) % TD_ARRAY_LEN(WORDS)];
             int rc = td_buf_printf(out, "%s%s", i || out->len ? " " : "", w);
             if (rc)
                 return rc;
@@ -119,7 +119,7 @@ static int gen_text_prefixed(gen_t *g, const td_tokens_t *prefix, int64_t n, td_
     td_buf_t text;
     td_buf_init(&text);
     int rc = 0;
-    uint64_t off = td_bench_rng_u64(&g->rng);
+    uint64_t off = td_rng_next(&g->rng);
     for (size_t i = 0; prefix && i < prefix->len && rc == 0; i++)
         rc = td_tokens_push(&ids, prefix->ids[i]);
     for (int64_t i = (int64_t)ids.len; i < n && rc == 0; i++)
@@ -137,7 +137,7 @@ static int gen_text_prefixed(gen_t *g, const td_tokens_t *prefix, int64_t n, td_
             ids.len = (size_t)n;
         } else {
             while ((int64_t)ids.len < n && rc == 0)
-                rc = td_tokens_push(&ids, g->allowed[td_bench_rng_u64(&g->rng) % g->n_allowed]);
+                rc = td_tokens_push(&ids, g->allowed[td_rng_next(&g->rng) % g->n_allowed]);
         }
     }
     if (rc == 0) {
@@ -187,7 +187,7 @@ static int build_random(const td_bench_workload_opts_t *o, gen_t *g, td_bench_wo
     int rc = 0;
     if (g->tok) {
         for (int64_t i = 0; i < o->prefix_len && rc == 0; i++)
-            rc = td_tokens_push(&prefix_ids, g->allowed[td_bench_rng_u64(&g->rng) % g->n_allowed]);
+            rc = td_tokens_push(&prefix_ids, g->allowed[td_rng_next(&g->rng) % g->n_allowed]);
     } else {
         rc = gen_text(g, o->prefix_len, &prefix, &got);
     }
@@ -251,7 +251,7 @@ static int build_prefix(const td_bench_workload_opts_t *o, gen_t *g, td_bench_wo
     }
     /* SGLang shuffles the groups' prompts together so that a group's requests interleave */
     for (size_t i = w->n; rc == 0 && i > 1; i--) {
-        size_t j = (size_t)(td_bench_rng_u64(&g->rng) % i);
+        size_t j = (size_t)(td_rng_next(&g->rng) % i);
         td_bench_prompt_t t = w->prompts[i - 1];
         w->prompts[i - 1] = w->prompts[j];
         w->prompts[j] = t;
@@ -335,7 +335,7 @@ static int build_sharegpt(const td_bench_workload_opts_t *o, gen_t *g, td_bench_
     for (size_t i = 0; i < n; i++)
         order[i] = i;
     for (size_t i = n; i > 1; i--) { /* vLLM shuffles with the seed before filtering */
-        size_t j = (size_t)(td_bench_rng_u64(&g->rng) % i);
+        size_t j = (size_t)(td_rng_next(&g->rng) % i);
         size_t t = order[i - 1];
         order[i - 1] = order[j];
         order[j] = t;

@@ -31,8 +31,8 @@ START_TEST(test_gamma_moments)
 {
     /* Gamma(k, theta): mean k theta, variance k theta^2; k < 1 goes through the boost path */
     const double ks[] = {0.3, 1.0, 2.5, 9.0};
-    td_bench_rng_t r;
-    td_bench_rng_seed(&r, 7);
+    td_rng_t r;
+    td_rng_seed(&r, 7);
     for (size_t j = 0; j < TD_ARRAY_LEN(ks); j++) {
         double k = ks[j], theta = 0.2, s = 0, ss = 0;
         const int n = 200000;

@@ -326,14 +326,14 @@ START_TEST(test_chunk_scan)
     deep[n++] = '}';
     ck_assert_int_eq(td_bench_chunk_scan(deep, n, &c), TD_EPARSE);
     /* random bytes never crash */
-    td_bench_rng_t rng;
-    td_bench_rng_seed(&rng, 5);
+    td_rng_t rng;
+    td_rng_seed(&rng, 5);
     char buf[64];
     const char alpha[] = "{}[]\":,0123456789.eE+-tfnul\\ \"abc";
     for (int it = 0; it < 200000; it++) {
-        size_t len = td_bench_rng_u64(&rng) % sizeof(buf);
+        size_t len = td_rng_next(&rng) % sizeof(buf);
         for (size_t i = 0; i < len; i++)
-            buf[i] = alpha[td_bench_rng_u64(&rng) % (sizeof(alpha) - 1)];
+            buf[i] = alpha[td_rng_next(&rng) % (sizeof(alpha) - 1)];
         if (len)
             buf[0] = '{';
         int rc = td_bench_chunk_scan(buf, len, &c);

@@ -1,0 +1,233 @@
+/* tokenizer_bpe.c: byte-level BPE of one pre-tokenized word (stage 4 of encode), with the
+ * per-scratch word cache in front of it. */
+#include "td_error.h"
+#include "tokenizer_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    CACHE_MAX_WORD = 64, /* longer words are not cached */
+    SCAN_BPE_MAX = 128,  /* words up to this many bytes merge by scanning, longer by heap */
+};
+
+static inline const struct td__merge_ent *merge_get(const td_tokenizer_t *tok, int32_t a, int32_t b)
+{
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    const td__mergemap_t *m = &tok->merges;
+    for (size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;;
+         i = (i + 1) & m->mask) {
+        const struct td__merge_ent *e = &m->ents[i];
+        if (e->key == key)
+            return e;
+        if (e->key == UINT64_MAX)
+            return NULL;
+    }
+}
+
+static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym, int32_t i)
+{
+    if (i < 0 || sym[i].next < 0)
+        return UINT32_MAX;
+    const struct td__merge_ent *e = merge_get(tok, sym[i].id, sym[sym[i].next].id);
+    return e ? e->rank : UINT32_MAX;
+}
+
+/* Merge sym[0..n) in place, lowest rank first, leftmost among equals (HF Word::merge_all). */
+static void bpe_merge_scan(const td_tokenizer_t *tok, td__sym_t *sym, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sym[i].rank = pair_rank(tok, sym, (int32_t)i);
+    for (;;) {
+        uint32_t best = UINT32_MAX;
+        int32_t bi = -1;
+        for (int32_t i = 0; i >= 0; i = sym[i].next)
+            if (sym[i].rank < best) {
+                best = sym[i].rank;
+                bi = i;
+            }
+        if (bi < 0)
+            return;
+        int32_t r = sym[bi].next;
+        sym[bi].id = merge_get(tok, sym[bi].id, sym[r].id)->id;
+        sym[bi].next = sym[r].next;
+        if (sym[r].next >= 0)
+            sym[sym[r].next].prev = bi;
+        sym[r].id = -1;
+        sym[bi].rank = pair_rank(tok, sym, bi);
+        if (sym[bi].prev >= 0)
+            sym[sym[bi].prev].rank = pair_rank(tok, sym, sym[bi].prev);
+    }
+}
+
+static void heap_push(uint64_t *h, size_t *n, uint64_t v)
+{
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h[p] <= v)
+            break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *n)
+{
+    uint64_t top = h[0], v = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && h[c + 1] < h[c])
+            c++;
+        if (v <= h[c])
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+    return top;
+}
+
+/* Same result as bpe_merge_scan in O(n log n), for long words. The heap never holds more
+ * entries than live pairs plus merges done, which is below 2n; it has room for 2n. */
+static void bpe_merge_heap(const td_tokenizer_t *tok, td__sym_t *sym, size_t n, uint64_t *heap)
+{
+    size_t hn = 0;
+    for (size_t i = 0; i + 1 < n; i++) {
+        uint32_t r = pair_rank(tok, sym, (int32_t)i);
+        if (r != UINT32_MAX)
+            heap_push(heap, &hn, (uint64_t)r << 32 | i);
+    }
+    while (hn) {
+        uint64_t top = heap_pop(heap, &hn);
+        int32_t i = (int32_t)(uint32_t)top;
+        uint32_t rank = (uint32_t)(top >> 32);
+        if (sym[i].id < 0 || sym[i].next < 0 || pair_rank(tok, sym, i) != rank)
+            continue; /* stale entry */
+        int32_t r = sym[i].next;
+        sym[i].id = merge_get(tok, sym[i].id, sym[r].id)->id;
+        sym[i].next = sym[r].next;
+        if (sym[r].next >= 0)
+            sym[sym[r].next].prev = i;
+        sym[r].id = -1;
+        if (sym[i].prev >= 0) {
+            uint32_t pr = pair_rank(tok, sym, sym[i].prev);
+            if (pr != UINT32_MAX)
+                heap_push(heap, &hn, (uint64_t)pr << 32 | (uint32_t)sym[i].prev);
+        }
+        uint32_t nr = pair_rank(tok, sym, i);
+        if (nr != UINT32_MAX)
+            heap_push(heap, &hn, (uint64_t)nr << 32 | (uint32_t)i);
+    }
+}
+
+static const td__cache_ent_t *cache_find(struct td_scratch *s, const char *w, size_t n, uint64_t h)
+{
+    for (size_t i = h & (TD__CACHE_SLOTS - 1);; i = (i + 1) & (TD__CACHE_SLOTS - 1)) {
+        const td__cache_ent_t *e = &s->cache[i];
+        if (!e->hash)
+            return NULL;
+        if (e->hash == h && e->tlen == n && memcmp(s->cache_text + e->toff, w, n) == 0)
+            return e;
+    }
+}
+
+static void cache_add(struct td_scratch *s, const char *w, size_t n, uint64_t h, const int32_t *ids,
+                      size_t nids)
+{
+    if (s->cache_n >= TD__CACHE_SLOTS / 2 || s->cache_text_len + n > TD__CACHE_TEXT ||
+        s->cache_ids_len + nids > TD__CACHE_IDS) {
+        memset(s->cache, 0, TD__CACHE_SLOTS * sizeof(td__cache_ent_t));
+        s->cache_n = s->cache_text_len = s->cache_ids_len = 0;
+    }
+    size_t i = h & (TD__CACHE_SLOTS - 1);
+    while (s->cache[i].hash)
+        i = (i + 1) & (TD__CACHE_SLOTS - 1);
+    memcpy(s->cache_text + s->cache_text_len, w, n);
+    memcpy(s->cache_ids + s->cache_ids_len, ids, nids * sizeof(int32_t));
+    s->cache[i] = (td__cache_ent_t){.hash = h,
+                                    .toff = (uint32_t)s->cache_text_len,
+                                    .ioff = (uint32_t)s->cache_ids_len,
+                                    .tlen = (uint16_t)n,
+                                    .nids = (uint16_t)nids};
+    s->cache_text_len += n;
+    s->cache_ids_len += nids;
+    s->cache_n++;
+}
+
+/* BPE one word (raw bytes) and append its ids. */
+int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
+                 td_tokens_t *out)
+{
+    if (!n)
+        return 0;
+    int rc = td__tokens_reserve(out, n);
+    if (rc)
+        return rc;
+    uint64_t h = 0;
+    if (n <= CACHE_MAX_WORD) {
+        h = td__hash(w, n);
+        const td__cache_ent_t *e = cache_find(s, w, n, h);
+        if (e) {
+            memcpy(out->ids + out->len, s->cache_ids + e->ioff, e->nids * sizeof(int32_t));
+            out->len += e->nids;
+            return 0;
+        }
+    }
+    size_t start = out->len;
+    int32_t whole = -1;
+    if (tok->ignore_merges) {
+        td_buf_reset(&s->map);
+        if ((rc = td_buf_reserve(&s->map, 2 * n)))
+            return rc;
+        for (size_t i = 0; i < n; i++) {
+            uint8_t b = (uint8_t)w[i];
+            memcpy(s->map.data + s->map.len, tok->byte_char[b], tok->byte_char_len[b]);
+            s->map.len += tok->byte_char_len[b];
+        }
+        whole = td__strmap_get(tok, &tok->vocab, s->map.data, s->map.len);
+    }
+    if (whole >= 0) {
+        out->ids[out->len++] = whole;
+    } else {
+        if (n > s->symcap) {
+            size_t cap = TD_MAX(n, 2 * s->symcap);
+            td__sym_t *ns = td_reallocarray(s->sym, cap, sizeof(td__sym_t));
+            if (!ns)
+                return TD_ENOMEM;
+            s->sym = ns;
+            uint64_t *nh = td_reallocarray(s->heap, 2 * cap, sizeof(uint64_t));
+            if (!nh)
+                return TD_ENOMEM;
+            s->heap = nh;
+            s->symcap = cap;
+        }
+        td__sym_t *sym = s->sym;
+        size_t ns = 0;
+        for (size_t i = 0; i < n; i++) {
+            int32_t id = tok->byte_id[(uint8_t)w[i]];
+            if (id < 0)
+                id = tok->unk_id; /* HF drops a char it cannot map unless unk_token is set */
+            if (id < 0)
+                continue;
+            sym[ns] = (td__sym_t){.id = id, .prev = (int32_t)ns - 1, .next = (int32_t)ns + 1};
+            ns++;
+        }
+        if (!ns)
+            return 0;
+        sym[ns - 1].next = -1;
+        if (ns <= SCAN_BPE_MAX)
+            bpe_merge_scan(tok, sym, ns);
+        else
+            bpe_merge_heap(tok, sym, ns, s->heap);
+        for (int32_t i = 0; i >= 0; i = sym[i].next)
+            out->ids[out->len++] = sym[i].id;
+    }
+    if (n <= CACHE_MAX_WORD)
+        cache_add(s, w, n, h, out->ids + start, out->len - start);
+    return 0;
+}

@@ -1,0 +1,123 @@
+/* sampling_flags.c: the sampling flags of `tandem generate` and `tandem ctl generate`
+ * (sampling_flags.h), parsed with td_util.h's strict number parsers. */
+#include "sampling_flags.h"
+
+#include "td_error.h"
+#include "td_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int td_sampling_flags_parse_int(const char *flag, const char *s, int lo, int hi, int *out)
+{
+    int64_t v;
+    if (td_parse_i64(s, &v) != 0 || v < lo || v > hi)
+        return td_err_set(TD_EINVAL, "%s: \"%s\" is not an integer in [%d, %d]", flag, s, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+/* Finite number flag value in [lo, hi], or (lo, hi] when `open_lo`. 0 or TD_EINVAL naming the
+ * flag. */
+static int parse_float(const char *flag, const char *s, double lo, bool open_lo, double hi,
+                       float *out)
+{
+    double v;
+    if (td_parse_double(s, &v) != 0 || !isfinite(v) || v < lo || (open_lo && v == lo) || v > hi) {
+        if (isinf(hi))
+            return td_err_set(TD_EINVAL, "%s: \"%s\" is not a finite number >= %g", flag, s, lo);
+        return td_err_set(TD_EINVAL, "%s: \"%s\" is not a number in %c%g, %g]", flag, s,
+                          open_lo ? '(' : '[', lo, hi);
+    }
+    *out = (float)v;
+    return 0;
+}
+
+bool td_sampling_flags_has(int opt)
+{
+    return opt >= TD_SAMPLING_FLAG_MAX_TOKENS && opt < TD_SAMPLING_FLAG_END;
+}
+
+int td_sampling_flags_apply(int opt, const char *arg, td_sampling_t *sp)
+{
+    int32_t *ids;
+    size_t n;
+    int rc;
+    switch (opt) {
+    case TD_SAMPLING_FLAG_MAX_TOKENS:
+        return td_sampling_flags_parse_int("--max-tokens", arg, 1, 1 << 20, &sp->max_tokens);
+    case TD_SAMPLING_FLAG_TEMPERATURE:
+        return parse_float("--temperature", arg, 0, false, INFINITY, &sp->temperature);
+    case TD_SAMPLING_FLAG_TOP_K:
+        return td_sampling_flags_parse_int("--top-k", arg, 0, 1 << 24, &sp->top_k);
+    case TD_SAMPLING_FLAG_TOP_P:
+        return parse_float("--top-p", arg, 0, true, 1, &sp->top_p);
+    case TD_SAMPLING_FLAG_MIN_P:
+        return parse_float("--min-p", arg, 0, false, 1, &sp->min_p);
+    case TD_SAMPLING_FLAG_SEED:
+        if (td_parse_u64(arg, &sp->seed) != 0)
+            return td_err_set(TD_EINVAL, "--seed: \"%s\" is not an unsigned integer", arg);
+        return 0;
+    case TD_SAMPLING_FLAG_STOP_IDS:
+        if ((rc = td_sampling_flags_parse_ids("--stop-ids", arg, &ids, &n)))
+            return rc;
+        if (n > TD_SAMPLER_MAX_STOP) {
+            free(ids);
+            return td_err_set(TD_EINVAL, "--stop-ids: %zu ids (at most %d)", n,
+                              TD_SAMPLER_MAX_STOP);
+        }
+        memcpy(sp->stop_ids, ids, n * sizeof(int32_t));
+        sp->n_stop = (int)n;
+        free(ids);
+        return 0;
+    case TD_SAMPLING_FLAG_IGNORE_EOS:
+        sp->ignore_eos = true;
+        return 0;
+    case TD_SAMPLING_FLAG_LOGPROBS:
+        return td_sampling_flags_parse_int("--logprobs", arg, -1, TD_SAMPLER_MAX_LOGPROBS,
+                                           &sp->logprobs);
+    default:
+        return td_err_set(TD_EINVAL, "option %d is not a sampling flag", opt);
+    }
+}
+
+int td_sampling_flags_parse_ids(const char *flag, const char *s, int32_t **out, size_t *n)
+{
+    char *copy = td_strdup(s);
+    size_t cap = 16;
+    int rc = 0;
+    int32_t *ids = malloc(cap * sizeof(int32_t));
+    *n = 0;
+    if (!copy || !ids) {
+        rc = td_err_set(TD_ENOMEM, "out of memory");
+        goto out;
+    }
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int64_t v;
+        if (td_parse_i64(tok, &v) != 0 || v < 0 || v > INT32_MAX) {
+            rc = td_err_set(TD_EINVAL, "%s: \"%s\" is not a token id", flag, tok);
+            goto out;
+        }
+        if (*n == cap) {
+            cap *= 2;
+            int32_t *p = td_reallocarray(ids, cap, sizeof(int32_t));
+            if (!p) {
+                rc = td_err_set(TD_ENOMEM, "out of memory");
+                goto out;
+            }
+            ids = p;
+        }
+        ids[(*n)++] = (int32_t)v;
+    }
+    if (*n == 0)
+        rc = td_err_set(TD_EINVAL, "%s: no token ids", flag);
+out:
+    free(copy);
+    if (rc)
+        free(ids);
+    else
+        *out = ids;
+    return rc;
+}
