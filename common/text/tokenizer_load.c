@@ -17,7 +17,7 @@ const char *td__jtype_name(json_object *o)
 }
 
 /* Field `key` of object `o` (NULL if absent or JSON null). */
-json_object *td__jget(json_object *o, const char *key)
+json_object *td__tok_jget(json_object *o, const char *key)
 {
     json_object *v = NULL;
     if (o && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, key, &v))
@@ -37,7 +37,7 @@ int td__want_type(td__ld_t *L, json_object *v, json_type t, const char *field)
 int td__opt_bool(td__ld_t *L, json_object *o, const char *key, const char *path, bool dflt,
                  bool *out)
 {
-    json_object *v = td__jget(o, key);
+    json_object *v = td__tok_jget(o, key);
     *out = dflt;
     if (!v)
         return 0;
@@ -51,7 +51,7 @@ int td__opt_bool(td__ld_t *L, json_object *o, const char *key, const char *path,
 int td__req_string(td__ld_t *L, json_object *o, const char *key, const char *path, const char **s,
                    size_t *n)
 {
-    json_object *v = td__jget(o, key);
+    json_object *v = td__tok_jget(o, key);
     if (!v || !json_object_is_type(v, json_type_string))
         return td_err_set(TD_EPARSE, "%s: field \"%s.%s\": expected string, got %s", L->file, path,
                           key, v ? td__jtype_name(v) : "nothing");
@@ -101,17 +101,17 @@ static int load_json(td_tokenizer_t *tok, json_object *root, json_object *cfg, c
         return rc;
     td__byte_level_init(tok);
     tok->bos_id = tok->eos_id = tok->pad_id = tok->cfg_unk_id = tok->unk_id = -1;
-    json_object *trunc = td__jget(root, "truncation"), *pad = td__jget(root, "padding");
+    json_object *trunc = td__tok_jget(root, "truncation"), *pad = td__tok_jget(root, "padding");
     if (trunc)
         return td_err_set(TD_ENOTSUP, "%s: field \"truncation\": not supported (must be null)",
                           L.file);
     if (pad)
         return td_err_set(TD_ENOTSUP, "%s: field \"padding\": not supported (must be null)",
                           L.file);
-    if ((rc = td__parse_normalizer(&L, td__jget(root, "normalizer"), "normalizer",
+    if ((rc = td__parse_normalizer(&L, td__tok_jget(root, "normalizer"), "normalizer",
                                    &tok->norm_utf8proc)))
         return rc;
-    json_object *pt = td__jget(root, "pre_tokenizer");
+    json_object *pt = td__tok_jget(root, "pre_tokenizer");
     bool have_bl = false;
     if (pt && (rc = td__parse_pretok(&L, pt, "pre_tokenizer", true, &have_bl)))
         return rc;
@@ -120,13 +120,13 @@ static int load_json(td_tokenizer_t *tok, json_object *root, json_object *cfg, c
                           "%s: field \"pre_tokenizer\": a ByteLevel pre-tokenizer is required "
                           "(byte-level BPE only)",
                           L.file);
-    if ((rc = td__parse_model(&L, td__jget(root, "model"))))
+    if ((rc = td__parse_model(&L, td__tok_jget(root, "model"))))
         return rc;
-    if ((rc = td__parse_added(&L, td__jget(root, "added_tokens"))))
+    if ((rc = td__parse_added(&L, td__tok_jget(root, "added_tokens"))))
         return rc;
-    if ((rc = td__parse_post(&L, td__jget(root, "post_processor"), "post_processor")))
+    if ((rc = td__parse_post(&L, td__tok_jget(root, "post_processor"), "post_processor")))
         return rc;
-    if ((rc = td__parse_decoder(&L, td__jget(root, "decoder"), "decoder")))
+    if ((rc = td__parse_decoder(&L, td__tok_jget(root, "decoder"), "decoder")))
         return rc;
     for (size_t i = 0; i < tok->nprefix; i++)
         if (tok->prefix[i] < 0 || (size_t)tok->prefix[i] >= tok->nids)

@@ -90,7 +90,7 @@ int td__parse_added(td__ld_t *L, json_object *arr)
         td__added_t at = {0};
         const char *content;
         size_t clen;
-        json_object *jid = td__jget(a, "id");
+        json_object *jid = td__tok_jget(a, "id");
         if (!jid || !json_object_is_type(jid, json_type_int)) {
             rc = td_err_set(TD_EPARSE, "%s: field \"%s.id\": expected int, got %s", L->file, path,
                             jid ? td__jtype_name(jid) : "nothing");

@@ -20,7 +20,7 @@ typedef struct td__ld {
 /* The JSON type name of o, "null" for NULL. */
 const char *td__jtype_name(json_object *o);
 /* Field `key` of object `o` (NULL if absent, JSON null, or o is not an object). */
-json_object *td__jget(json_object *o, const char *key);
+json_object *td__tok_jget(json_object *o, const char *key);
 /* v must be present and of type t; `field` is its path for the message. */
 int td__want_type(td__ld_t *L, json_object *v, json_type t, const char *field);
 /* Optional boolean o.key (path: o's path): absent/null gives `dflt`. */

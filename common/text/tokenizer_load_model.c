@@ -111,13 +111,13 @@ int td__parse_model(td__ld_t *L, json_object *m)
         return td_err_set(TD_EPARSE, "%s: field \"model\": missing", L->file);
     if ((rc = td__want_type(L, m, json_type_object, "model")))
         return rc;
-    json_object *t = td__jget(m, "type");
+    json_object *t = td__tok_jget(m, "type");
     if (t && (!json_object_is_type(t, json_type_string) ||
               strcmp(json_object_get_string(t), "BPE") != 0))
         return td_err_set(TD_ENOTSUP,
                           "%s: field \"model.type\": model \"%s\" is not supported (BPE only)",
                           L->file, json_object_get_string(t));
-    json_object *dropout = td__jget(m, "dropout");
+    json_object *dropout = td__tok_jget(m, "dropout");
     if (dropout && !(json_object_is_type(dropout, json_type_double) ||
                      json_object_is_type(dropout, json_type_int)))
         return td_err_set(TD_EPARSE, "%s: field \"model.dropout\": expected number, got %s",
@@ -134,12 +134,12 @@ int td__parse_model(td__ld_t *L, json_object *m)
         return td_err_set(TD_ENOTSUP, "%s: field \"model.byte_fallback\": not supported", L->file);
     static const char *const affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (size_t i = 0; i < 2; i++) {
-        json_object *v = td__jget(m, affixes[i]);
+        json_object *v = td__tok_jget(m, affixes[i]);
         if (v && (!json_object_is_type(v, json_type_string) || json_object_get_string_len(v) != 0))
             return td_err_set(TD_ENOTSUP, "%s: field \"model.%s\": only null or \"\" is supported",
                               L->file, affixes[i]);
     }
-    json_object *vocab = td__jget(m, "vocab");
+    json_object *vocab = td__tok_jget(m, "vocab");
     if ((rc = td__want_type(L, vocab, json_type_object, "model.vocab")))
         return rc;
     size_t nv = (size_t)json_object_object_length(vocab);
@@ -158,7 +158,7 @@ int td__parse_model(td__ld_t *L, json_object *m)
     }
     tok->model_vocab_n = tok->vocab.n;
 
-    json_object *merges = td__jget(m, "merges");
+    json_object *merges = td__tok_jget(m, "merges");
     if (merges && (rc = td__want_type(L, merges, json_type_array, "model.merges")))
         return rc;
     size_t nm = merges ? json_object_array_length(merges) : 0;
@@ -198,7 +198,7 @@ int td__parse_model(td__ld_t *L, json_object *m)
         return rc;
 
     tok->unk_id = -1;
-    json_object *unk = td__jget(m, "unk_token");
+    json_object *unk = td__tok_jget(m, "unk_token");
     if (unk) {
         if ((rc = td__want_type(L, unk, json_type_string, "model.unk_token")))
             return rc;

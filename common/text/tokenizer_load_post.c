@@ -37,7 +37,7 @@ int td__parse_post(td__ld_t *L, json_object *p, const char *path)
         return 0; /* offsets only */
     if (strcmp(type, "Sequence") == 0) {
         snprintf(pp, sizeof(pp), "%s.processors", path);
-        json_object *arr = td__jget(p, "processors");
+        json_object *arr = td__tok_jget(p, "processors");
         if ((rc = td__want_type(L, arr, json_type_array, pp)))
             return rc;
         for (size_t i = 0; i < json_object_array_length(arr); i++) {
@@ -52,7 +52,7 @@ int td__parse_post(td__ld_t *L, json_object *p, const char *path)
         int32_t ids[2];
         static const char *const keys[] = {"cls", "sep"};
         for (int k = 0; k < 2; k++) {
-            json_object *v = td__jget(p, keys[k]);
+            json_object *v = td__tok_jget(p, keys[k]);
             snprintf(pp, sizeof(pp), "%s.%s", path, keys[k]);
             if (!v || !json_object_is_type(v, json_type_array) ||
                 json_object_array_length(v) != 2 ||
@@ -67,7 +67,7 @@ int td__parse_post(td__ld_t *L, json_object *p, const char *path)
     }
     if (strcmp(type, "TemplateProcessing") == 0) {
         snprintf(pp, sizeof(pp), "%s.single", path);
-        json_object *single = td__jget(p, "single"), *sp = td__jget(p, "special_tokens");
+        json_object *single = td__tok_jget(p, "single"), *sp = td__tok_jget(p, "special_tokens");
         if ((rc = td__want_type(L, single, json_type_array, pp)))
             return rc;
         bool seen_seq = false;
@@ -75,7 +75,7 @@ int td__parse_post(td__ld_t *L, json_object *p, const char *path)
             json_object *piece = json_object_array_get_idx(single, i);
             char pi[300];
             snprintf(pi, sizeof(pi), "%s[%zu]", pp, i);
-            json_object *st = td__jget(piece, "SpecialToken"), *seq = td__jget(piece, "Sequence");
+            json_object *st = td__tok_jget(piece, "SpecialToken"), *seq = td__tok_jget(piece, "Sequence");
             if (seq) {
                 if (seen_seq)
                     return td_err_set(TD_ENOTSUP,
@@ -91,7 +91,7 @@ int td__parse_post(td__ld_t *L, json_object *p, const char *path)
                           : td_err_set(TD_EPARSE,
                                        "%s: field \"%s\": expected SpecialToken or Sequence",
                                        L->file, pi);
-            json_object *def = td__jget(sp, name), *ids = td__jget(def, "ids");
+            json_object *def = td__tok_jget(sp, name), *ids = td__tok_jget(def, "ids");
             if (!ids || !json_object_is_type(ids, json_type_array))
                 return td_err_set(TD_EPARSE, "%s: field \"%s.special_tokens\": no ids for \"%s\"",
                                   L->file, path, name);
@@ -119,12 +119,12 @@ int td__parse_post(td__ld_t *L, json_object *p, const char *path)
 static int config_token(td__ld_t *L, json_object *cfg, const char *key, int32_t *id)
 {
     td_tokenizer_t *tok = L->tok;
-    json_object *v = td__jget(cfg, key);
+    json_object *v = td__tok_jget(cfg, key);
     *id = -1;
     if (!v)
         return 0;
     if (json_object_is_type(v, json_type_object))
-        v = td__jget(v, "content");
+        v = td__tok_jget(v, "content");
     if (!v || !json_object_is_type(v, json_type_string))
         return td_err_set(TD_EPARSE, "%s: field \"%s\": expected string or {\"content\": string}",
                           L->file, key);
@@ -148,7 +148,7 @@ int td__parse_config(td__ld_t *L, json_object *cfg)
         return rc;
     /* transformers rebuilds the post-processor from add_bos_token / add_eos_token when the config
      * sets them (LlamaTokenizerFast and newer generic backends): [bos] $A [eos]. */
-    json_object *ab = td__jget(cfg, "add_bos_token"), *ae = td__jget(cfg, "add_eos_token");
+    json_object *ab = td__tok_jget(cfg, "add_bos_token"), *ae = td__tok_jget(cfg, "add_eos_token");
     if (!ab && !ae)
         return 0;
     bool add_bos, add_eos;
@@ -184,7 +184,7 @@ int td__parse_decoder(td__ld_t *L, json_object *d, const char *path)
     if (strcmp(type, "Sequence") == 0) {
         char pp[256];
         snprintf(pp, sizeof(pp), "%s.decoders", path);
-        json_object *arr = td__jget(d, "decoders");
+        json_object *arr = td__tok_jget(d, "decoders");
         if ((rc = td__want_type(L, arr, json_type_array, pp)))
             return rc;
         if (json_object_array_length(arr) != 1)

@@ -137,7 +137,7 @@ int td__parse_normalizer(td__ld_t *L, json_object *n, const char *path, int *fla
     if (strcmp(type, "Sequence") == 0) {
         char p[256];
         snprintf(p, sizeof(p), "%s.normalizers", path);
-        json_object *arr = td__jget(n, "normalizers");
+        json_object *arr = td__tok_jget(n, "normalizers");
         if ((rc = td__want_type(L, arr, json_type_array, p)))
             return rc;
         for (size_t i = 0; i < json_object_array_length(arr); i++) {
@@ -233,7 +233,7 @@ int td__parse_pretok(td__ld_t *L, json_object *p, const char *path, bool last, b
     if (strcmp(type, "Sequence") == 0) {
         char pp[256];
         snprintf(pp, sizeof(pp), "%s.pretokenizers", path);
-        json_object *arr = td__jget(p, "pretokenizers");
+        json_object *arr = td__tok_jget(p, "pretokenizers");
         if ((rc = td__want_type(L, arr, json_type_array, pp)))
             return rc;
         size_t n = json_object_array_length(arr);
@@ -251,12 +251,12 @@ int td__parse_pretok(td__ld_t *L, json_object *p, const char *path, bool last, b
         if ((rc = parse_behavior(L, p, path, &st.behavior)) ||
             (rc = td__opt_bool(L, p, "invert", path, false, &st.invert)))
             return rc;
-        json_object *pat = td__jget(p, "pattern");
+        json_object *pat = td__tok_jget(p, "pattern");
         char pp[256];
         snprintf(pp, sizeof(pp), "%s.pattern", path);
         if ((rc = td__want_type(L, pat, json_type_object, pp)))
             return rc;
-        json_object *re = td__jget(pat, "Regex"), *str = td__jget(pat, "String");
+        json_object *re = td__tok_jget(pat, "Regex"), *str = td__tok_jget(pat, "String");
         char ppr[300];
         if (re) {
             snprintf(ppr, sizeof(ppr), "%s.Regex", pp);
