@@ -29,6 +29,8 @@ static void kv_complete(td_worker_t *w, td_wk_seq_t *s)
         return;
     }
     s->kv.n_tokens = s->stored = s->n_prompt;
+    s->cached_tokens = (int)nt->cached_tokens;
+    td_wk_cache_publish(w, s);
     td_sample_t smp = {.token = nt->first_token, .logprob = nt->first_logprob};
     smp.n_top = (int)TD_MIN(nt->n_top_ids, (size_t)TD_SAMPLER_MAX_LOGPROBS);
     smp.n_top = (int)TD_MIN((size_t)smp.n_top, nt->n_top_logprobs);

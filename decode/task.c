@@ -10,7 +10,8 @@ void td_decode_on_task(td_worker_t *w, td_wk_router_t *rt, const Tandem__Frame *
 {
     const Tandem__DecodeTask *t = f->decode_task;
     int code;
-    td_wk_seq_t *s = td_wk_seq_new(w, rt, t->request_id, t->tokens, t->n_tokens, t->sampling, &code);
+    td_wk_seq_t *s = td_wk_seq_new(w, rt, t->request_id, t->tokens, t->n_tokens, t->sampling,
+                                   &t->tenant, &code);
     if (!s) {
         td_wk_send_error(rt, t->request_id, code, td_err_msg());
         return;
@@ -21,6 +22,8 @@ void td_decode_on_task(td_worker_t *w, td_wk_router_t *rt, const Tandem__Frame *
     uint32_t *ids = NULL;
     if (t->local_prefill) {
         s->state = TD_WK_PREFILL;
+        /* the cached prefix, leaving at least the last token to compute (its logits) */
+        s->cached_tokens = td_wk_cache_attach(w, s, s->n_prompt - 1, true);
     } else {
         int rc = td_kv_seq_reserve(&w->pool, &s->kv, s->n_prompt);
         ids = td_calloc((size_t)TD_MAX(s->kv.n_blocks, 1), sizeof(uint32_t));

@@ -133,6 +133,7 @@ void td_prefill_prefilled(td_worker_t *w, td_wk_seq_t *s, const td_sample_t *fir
     float lps[TD_SAMPLER_MAX_LOGPROBS];
     note.request_id = s->dst_req;
     note.last = true;
+    note.cached_tokens = (uint32_t)s->cached_tokens;
     note.first_token = first->token;
     note.first_logprob = first->logprob;
     for (int k = 0; k < first->n_top; k++) {

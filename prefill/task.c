@@ -12,7 +12,8 @@ void td_prefill_on_task(td_worker_t *w, td_wk_router_t *rt, const Tandem__Frame 
 {
     const Tandem__PrefillTask *t = f->prefill_task;
     int code;
-    td_wk_seq_t *s = td_wk_seq_new(w, rt, t->request_id, t->tokens, t->n_tokens, t->sampling, &code);
+    td_wk_seq_t *s = td_wk_seq_new(w, rt, t->request_id, t->tokens, t->n_tokens, t->sampling,
+                                   &t->tenant, &code);
     if (!s) {
         td_prefill_send_done(rt, NULL, t->request_id, code, td_err_msg());
         return;
@@ -34,6 +35,8 @@ void td_prefill_on_task(td_worker_t *w, td_wk_router_t *rt, const Tandem__Frame 
     memcpy(s->dst, t->dst_blocks, (size_t)need * sizeof(uint32_t));
     s->n_dst = need;
     s->dst_req = t->decode_request_id;
+    /* the cached prefix, leaving at least the last token to compute (its logits) */
+    s->cached_tokens = td_wk_cache_attach(w, s, s->n_prompt - 1, true);
     int rc = td_kvx_connect(w->kvx, t->decode_blob.data, t->decode_blob.len, &s->peer);
     if (rc) {
         char msg[256];

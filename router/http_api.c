@@ -548,7 +548,12 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
             status = 500;
             goto fail;
         }
-    if (td_job_set_stop(j, h->api.stop, h->api.n_stop)) {
+    size_t tenant_len = 0;
+    const char *tenant = rt->cfg.tenant_header && *rt->cfg.tenant_header
+                             ? td_http_header(r, rt->cfg.tenant_header, &tenant_len)
+                             : NULL;
+    if (td_job_set_stop(j, h->api.stop, h->api.n_stop) ||
+        (tenant && td_job_set_tenant(j, tenant, tenant_len))) {
         snprintf(msg, sizeof(msg), "out of memory");
         status = 500;
         goto fail;

@@ -51,6 +51,20 @@ int td_job_set_prompt(td_job_t *j, int idx, const int32_t *ids, size_t n, uint64
     return 0;
 }
 
+int td_job_set_tenant(td_job_t *j, const void *tenant, size_t len)
+{
+    free(j->tenant);
+    j->tenant = NULL;
+    j->tenant_len = 0;
+    if (!len)
+        return 0;
+    if (!(j->tenant = td_calloc(len, 1)))
+        return TD_ENOMEM;
+    memcpy(j->tenant, tenant, len);
+    j->tenant_len = len;
+    return 0;
+}
+
 int td_job_set_stop(td_job_t *j, char *const *stop, size_t n)
 {
     if (!n)
@@ -154,6 +168,7 @@ void td_job_free(td_job_t *j)
         td_buf_free(&j->seqs[i].text);
     }
     free(j->seqs);
+    free(j->tenant);
     for (size_t i = 0; i < j->n_stop; i++)
         free(j->stop[i]);
     free(j->stop);

@@ -190,6 +190,8 @@ int td__reqs_place(td_router_t *rt, td_seq_t *s)
         t.tokens = s->prompt;
         t.sampling = &sp;
         t.local_prefill = s->local;
+        t.tenant.data = s->job->tenant;
+        t.tenant.len = s->job->tenant_len;
         Tandem__Frame f = TANDEM__FRAME__INIT;
         f.body_case = TANDEM__FRAME__BODY_DECODE_TASK;
         f.decode_task = &t;

@@ -62,6 +62,8 @@ static void on_accept(td_router_t *rt, td_worker_t *w, const Tandem__DecodeAccep
     Tandem__Sampling sp;
     td_msg_sampling_to_proto(&s->job->sp, s->seed, &sp);
     Tandem__PrefillTask t = TANDEM__PREFILL_TASK__INIT;
+    t.tenant.data = s->job->tenant;
+    t.tenant.len = s->job->tenant_len;
     t.request_id = s->id;
     t.n_tokens = s->n_prompt;
     t.tokens = s->prompt;

@@ -56,11 +56,12 @@ static int json_bytes(td_buf_t *b, const char *s, size_t n)
 
 static int usage_json(td_buf_t *b, td_api_kind_t kind, const td_resp_usage_t *u)
 {
-    if (kind == TD_API_MESSAGES)
+    if (kind == TD_API_MESSAGES) /* Anthropic counts input_tokens without the cache reads */
         return td_buf_printf(b,
                              "{\"input_tokens\":%" PRId64 ",\"output_tokens\":%" PRId64
                              ",\"cache_read_input_tokens\":%" PRId64 "}",
-                             u->prompt_tokens, u->completion_tokens, u->cached_tokens);
+                             u->prompt_tokens - u->cached_tokens, u->completion_tokens,
+                             u->cached_tokens);
     return td_buf_printf(b,
                          "{\"prompt_tokens\":%" PRId64 ",\"completion_tokens\":%" PRId64
                          ",\"total_tokens\":%" PRId64

@@ -45,6 +45,7 @@ typedef struct td_router_cfg {
     char *secret;
     double heartbeat_timeout_s; /* a worker silent this long is out of rotation */
     char *api_key;              /* HTTP: required bearer / x-api-key when set */
+    char *tenant_header;        /* HTTP: header naming the request's tenant, or NULL */
     uint64_t max_body;          /* largest HTTP request body, bytes */
     char *policy;               /* placement policy name */
     uint64_t max_queued_tokens; /* placement high-water marks (0 disables) */
@@ -212,6 +213,8 @@ struct td_job {
     td_sampling_t sp; /* the engine's settings, shared by every sequence: sp.seed is unused (each
                          sequence has its own seed), sp.eos_id is left to the workers, and
                          sp.max_tokens is > 0 (the front end derives it from the context) */
+    uint8_t *tenant;  /* [tenant_len] the tenant (the KV hash salt), owned; NULL: default */
+    size_t tenant_len;
     char **stop;      /* [n_stop] stop strings, owned */
     size_t n_stop;
     size_t stop_max;  /* longest stop string, bytes */
@@ -229,6 +232,8 @@ struct td_job {
 td_job_t *td_job_new(td_router_t *rt, const td_job_ops_t *ops, void *ud, size_t n_seqs);
 /* Give sequence idx its prompt (copied) and seed. 0 or TD_ENOMEM. */
 int td_job_set_prompt(td_job_t *j, int idx, const int32_t *ids, size_t n, uint64_t seed);
+/* Copy the tenant (the salt of the request's KV block hashes). 0 or TD_ENOMEM. */
+int td_job_set_tenant(td_job_t *j, const void *tenant, size_t len);
 /* Copy the stop strings. 0 or TD_ENOMEM. */
 int td_job_set_stop(td_job_t *j, char *const *stop, size_t n);
 /* Place every sequence (or queue it). 0, or TD_EBUSY when the waiting queue is full or the router

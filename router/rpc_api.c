@@ -244,7 +244,8 @@ static void on_generate(rconn_t *rc, const Tandem__GenerateRequest *g)
     td_job_t *j = r->job;
     j->sp = p;
     j->sp.max_tokens = (int32_t)max_tokens;
-    if (td_job_set_prompt(j, 0, t.ids, t.len, p.seed) ||
+    if (td_job_set_tenant(j, g->tenant.data, g->tenant.len) ||
+        td_job_set_prompt(j, 0, t.ids, t.len, p.seed) ||
         td_job_set_stop(j, g->stop, g->n_stop))
         goto oom;
     int src = td_job_start(j);

@@ -34,7 +34,8 @@ static void usage(FILE *out)
             "      --ids           print the generated token ids (`output ids: ...`) too\n"
             "  batch FILE             run every JSON line of FILE ({\"prompt\"|\"prompt_ids\"|\n"
             "                         \"messages\", \"max_tokens\", \"temperature\", \"top_k\",\n"
-            "                         \"top_p\", \"min_p\", \"seed\", \"stop\", \"ignore_eos\"}) at\n"
+            "                         \"top_p\", \"min_p\", \"seed\", \"stop\", \"ignore_eos\",\n"
+            "                         \"tenant\"}) at\n"
             "                         once; print one JSON line per request, in order\n");
 }
 
@@ -274,6 +275,10 @@ static int parse_line(json_object *j, batch_item_t *b, size_t lineno)
         g->smp.seed = (uint64_t)json_object_get_int64(v);
     if (json_object_object_get_ex(j, "ignore_eos", &v))
         g->smp.ignore_eos = json_object_get_boolean(v);
+    if (json_object_object_get_ex(j, "tenant", &v)) {
+        g->r.tenant.data = (uint8_t *)json_object_get_string(v);
+        g->r.tenant.len = (size_t)json_object_get_string_len(v);
+    }
     if (json_object_object_get_ex(j, "stop", &v) && json_object_is_type(v, json_type_array))
         for (size_t i = 0; i < json_object_array_length(v) && g->r.n_stop < 16; i++)
             g->stop_store[g->r.n_stop++] =
@@ -340,6 +345,8 @@ static int cmd_batch(ctl_t *c, const char *path)
                                    json_object_new_string(finish_name(items[i].o.finish)));
             json_object_object_add(o, "prompt_tokens",
                                    json_object_new_int((int)items[i].o.prompt_tokens));
+            json_object_object_add(o, "cached_tokens",
+                                   json_object_new_int((int)items[i].o.cached_tokens));
             json_object_object_add(o, "error", st ? json_object_new_string(msg) : NULL);
             printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
             json_object_put(o);

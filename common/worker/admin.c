@@ -49,6 +49,18 @@ int td_wk_metrics_init(td_worker_t *w)
     m->preempt = td_metrics_counter(r, "num_preemptions_total",
                                     "Sequences preempted for lack of KV blocks (recomputed).",
                                     NULL);
+    m->cache_queries = td_metrics_counter(r, "prefix_cache_queries_total",
+                                          "Prompt tokens looked up in the prefix cache.",
+                                          "tier=\"pool\"");
+    m->cache_hits = td_metrics_counter(r, "prefix_cache_hits_total",
+                                       "Prompt tokens found in the prefix cache.",
+                                       "tier=\"pool\"");
+    m->cached_blocks = td_metrics_gauge(r, "kv_cached_blocks",
+                                        "Blocks held in the prefix cache.", "tier=\"pool\"");
+    m->evictions = td_metrics_counter(r, "kv_cache_evictions_total",
+                                      "Cached blocks evicted to make room.", "tier=\"pool\"");
+    if (!m->cache_queries || !m->cache_hits || !m->cached_blocks || !m->evictions)
+        return td_err_set(TD_ENOMEM, "out of memory");
     if (!m->running || !m->waiting || !m->kv_usage || !m->prompt || !m->gen || !m->step ||
         !m->xfer_bytes || !m->recv_bytes || !m->xfer_s || !m->tail_s || !m->req_ok ||
         !m->req_fail || !m->preempt)

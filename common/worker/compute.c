@@ -154,6 +154,8 @@ void td_wk_step_finish(td_worker_t *w, int rc, const char *err, double seconds)
             td_wk_seq_fail(w, s, rc, err);
             continue;
         }
+        if (!s->dead)
+            td_wk_cache_publish(w, s);
         if (s->dead) {
             if (w->role->abandon)
                 w->role->abandon(w, s);

@@ -40,6 +40,10 @@ void td_wk_fill_load(td_worker_t *w, Tandem__Load *l)
     td_metric_set(w->m.running, running);
     td_metric_set(w->m.waiting, waiting);
     td_metric_set(w->m.kv_usage, 1.0 - (double)w->pool.n_free / w->pool.n_blocks);
+    td_metric_set(w->m.cached_blocks, w->pool.n_cached);
+    double ev = (double)w->pool.evictions - td_metric_value(w->m.evictions);
+    if (ev > 0)
+        td_metric_add(w->m.evictions, ev);
 }
 
 void td_wk_send_heartbeats(td_worker_t *w)

@@ -34,6 +34,7 @@ static void preempt(td_worker_t *w, td_wk_seq_t *v)
     td_kv_seq_release(&w->pool, &v->kv);
     td_kv_seq_init(&v->kv);
     v->stored = 0;
+    v->n_published = 0;
     if (v->state == TD_WK_RUN) {
         v->recompute = true;
         v->state = TD_WK_PREFILL;
@@ -103,6 +104,12 @@ int td_wk_sched_build(td_worker_t *w)
         int target = td_wk_prefill_target(s);
         if (target > pool_tokens) {
             td_wk_seq_fail(w, s, TD_ENOSPC, "the prompt does not fit in the KV cache");
+            continue;
+        }
+        if (s->recompute && s->kv.n_blocks == 0 &&
+            td_wk_cache_attach(w, s, target, false) == target) {
+            s->recompute = false; /* every block it needs was still cached */
+            s->state = TD_WK_RUN;
             continue;
         }
         int left = target - s->stored;

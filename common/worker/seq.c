@@ -74,6 +74,8 @@ void td_wk_seq_maybe_free(td_worker_t *w, td_wk_seq_t *s)
         tandem__kv_note__free_unpacked(s->note, NULL);
     free(s->dst);
     free(s->toks);
+    free(s->tenant);
+    free(s->hashes);
     free(s);
 }
 
@@ -116,7 +118,8 @@ static int check_prompt(const td_model_cfg_t *c, const int32_t *toks, size_t n)
 }
 
 td_wk_seq_t *td_wk_seq_new(td_worker_t *w, td_wk_router_t *rt, uint64_t req,
-                           const int32_t *toks, size_t n, const Tandem__Sampling *sp, int *code)
+                           const int32_t *toks, size_t n, const Tandem__Sampling *sp,
+                           const ProtobufCBinaryData *tenant, int *code)
 {
     const td_model_cfg_t *c = w->mc;
     td_sampling_t p;
@@ -143,14 +146,21 @@ td_wk_seq_t *td_wk_seq_new(td_worker_t *w, td_wk_router_t *rt, uint64_t req,
     }
     s->cap_toks = (int)n + 16;
     s->toks = td_calloc((size_t)s->cap_toks, sizeof(int32_t));
-    int rc = s->toks ? td_sampler_init(&s->smp, &p, c->vocab_size)
-                     : td_err_set(TD_ENOMEM, "out of memory");
+    if (tenant && tenant->len) {
+        s->tenant = td_calloc(tenant->len, 1);
+        s->tenant_len = tenant->len;
+    }
+    int rc = s->toks && (s->tenant || !s->tenant_len) ? td_sampler_init(&s->smp, &p, c->vocab_size)
+                                                      : td_err_set(TD_ENOMEM, "out of memory");
     if (rc) {
         *code = rc;
         free(s->toks);
+        free(s->tenant);
         free(s);
         return NULL;
     }
+    if (s->tenant_len)
+        memcpy(s->tenant, tenant->data, s->tenant_len);
     memcpy(s->toks, toks, n * sizeof(int32_t));
     s->n_toks = s->n_prompt = (int)n;
     s->logprobs = p.logprobs;

@@ -147,6 +147,12 @@ struct td_wk_seq {
     int n_toks, cap_toks;
     int n_prompt;
     int stored; /* tokens whose KV is stored, as the loop knows it (kv.n_tokens outside steps) */
+    uint8_t *tenant; /* [tenant_len] the request's tenant: the salt of its block hashes */
+    size_t tenant_len;
+    td_kvhash_t *hashes; /* [cap_hashes] chain hashes of toks' first n_hashed full blocks */
+    int n_hashed, cap_hashes;
+    int n_published;   /* kv.blocks[0, n_published) are published in the pool's prefix cache */
+    int cached_tokens; /* prompt tokens taken from a cache instead of computed (usage) */
     int logprobs; /* -1: none; else top alternatives per token */
     td_sampler_t smp;
     td_kv_seq_t kv; /* kv.n_tokens tokens stored */
@@ -199,7 +205,8 @@ typedef struct td_wk_compute {
 typedef struct td_wk_metrics {
     td_metrics_t *reg;
     td_metric_t *running, *waiting, *kv_usage, *prompt, *gen, *step, *xfer_bytes, *xfer_s,
-        *tail_s, *recv_bytes, *req_ok, *req_fail, *preempt;
+        *tail_s, *recv_bytes, *req_ok, *req_fail, *preempt, *cache_queries, *cache_hits,
+        *cached_blocks, *evictions;
 } td_wk_metrics_t;
 
 struct td_worker {
@@ -249,7 +256,8 @@ int td_worker_main(const td_worker_role_t *role, int argc, char **argv);
  * greedy), added at the tail. NULL with *code and td_err_msg on refusal: TD_EINVAL (bad prompt
  * or sampling), TD_EBUSY (draining), TD_ENOSPC (engine.max_running), TD_ENOMEM. */
 td_wk_seq_t *td_wk_seq_new(td_worker_t *w, td_wk_router_t *rt, uint64_t req,
-                           const int32_t *toks, size_t n, const Tandem__Sampling *sp, int *code);
+                           const int32_t *toks, size_t n, const Tandem__Sampling *sp,
+                           const ProtobufCBinaryData *tenant, int *code);
 td_wk_seq_t *td_wk_seq_find(td_worker_t *w, uint64_t id);
 /* The live sequence the router knows as `req` on its current connection, or NULL. */
 td_wk_seq_t *td_wk_seq_find_req(td_worker_t *w, td_wk_router_t *rt, uint64_t req);
@@ -268,6 +276,15 @@ void td_wk_seq_cancel(td_worker_t *w, td_wk_seq_t *s);
 int td_wk_prefill_target(const td_wk_seq_t *s);
 /* Send a frame to s's router, if its connection is still the one s came on. */
 void td_wk_send(td_wk_seq_t *s, const Tandem__Frame *f);
+
+/* ---- cache.c: the prefix cache in the pool (tier 0) ---------------------------------------- */
+
+/* Take the longest cached prefix of s's tokens (at most `limit` tokens) into its empty block
+ * table; s->stored becomes what was taken. Returns the tokens taken. With `count` the lookup is
+ * counted in the prefix-cache metrics (an admission, as vLLM counts them). */
+int td_wk_cache_attach(td_worker_t *w, td_wk_seq_t *s, int limit, bool count);
+/* Publish s's blocks that are full and stored (their KV is final) in the prefix cache. */
+void td_wk_cache_publish(td_worker_t *w, td_wk_seq_t *s);
 
 /* ---- sched.c: the scheduler ---------------------------------------------------------------- */
 

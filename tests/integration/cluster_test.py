@@ -19,6 +19,8 @@ Usage: cluster_test.py BUILD_DIR SCENARIO ARCH [MODEL_DIR]
   shutdown          SIGTERM with requests in flight: every daemon exits 0, no request hangs
   routers           two routers side by side share the workers; one stops, the other serves
   preempt           a decode worker short of KV blocks preempts and recomputes; tokens unchanged
+  cache             the prefix cache: a repeated prompt and a conversation's next turn hit the
+                    cached blocks (usage says so), tokens unchanged; tenants never share blocks
 
 ARCH is deepseek_v3 or llama: MODEL_DIR (written by make_model.py), else mkmodel's tiny preset
 with the real tokenizer of that family written under BUILD_DIR.
@@ -495,6 +497,74 @@ def scenario_preempt(build):
     print("OK: preemption by recompute")
 
 
+def scenario_cache(build):
+    """The prefix cache in the workers' pools: the same long prompt twice (through a prefill
+    worker) reports every full block but the last as cached, with tokens equal to the first run's
+    and to tandem generate's; a multi-turn conversation on one decode worker (local prefill) hits
+    the blocks of the previous turn, prompt and answer; two tenants never share blocks."""
+    model, cfg = make_model(build, "deepseek_v3")
+    rng = random.Random(5)
+    V, B = cfg["vocab_size"], 16
+    long_prompt = [rng.randrange(V) for _ in range(150)]
+    reqs = [{"prompt_ids": long_prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True},
+            {"prompt_ids": long_prompt, "max_tokens": 16, "temperature": 0.8, "seed": 11,
+             "ignore_eos": True}]
+    want = [C.offline_generate(build, model, r) for r in reqs]
+    cl = C.Cluster(build, model, n_prefill=1, n_decode=1)
+    try:
+        for r, w in zip(reqs, want):
+            first, second = cl.batch([r])[0], cl.batch([r])[0]
+            check(not first["error"] and not second["error"], "errors: %s" % [first, second])
+            check(first["ids"] == w and second["ids"] == w,
+                  "tokens differ from tandem generate: %s %s %s" % (first["ids"], second["ids"], w))
+            full = (len(long_prompt) - 1) // B * B
+            check(second["cached_tokens"] == full,
+                  "second run: %d cached tokens, want %d" % (second["cached_tokens"], full))
+        check(cl.worker_metric("p0", "tandem_prefix_cache_hits_total") >= 2 * full - 1,
+              "prefill worker's hit counter")
+        # a tenant never sees another tenant's blocks, even for the same prompt
+        a = cl.batch([dict(reqs[0], tenant="alpha")])[0]
+        b = cl.batch([dict(reqs[0], tenant="beta")])[0]
+        a2 = cl.batch([dict(reqs[0], tenant="alpha")])[0]
+        check(a["cached_tokens"] == 0 and b["cached_tokens"] == 0,
+              "a new tenant hit another tenant's blocks: %s %s" % (a, b))
+        check(a2["cached_tokens"] == full and a2["ids"] == want[0], "tenant alpha's own hit")
+        # the OpenAI usage field
+        st, js, _ = cl.http_json("/v1/completions", {"model": os.path.basename(model),
+                                                    "prompt": long_prompt, "max_tokens": 4,
+                                                    "temperature": 0})
+        check(st == 200, "completion: %s" % (js,))
+        check(js["usage"]["prompt_tokens_details"]["cached_tokens"] == full,
+              "usage.prompt_tokens_details: %s" % js["usage"])
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    # multi-turn on one decode worker: turn 2's prompt is turn 1's prompt, its answer and more
+    cl = C.Cluster(build, model, n_prefill=0, n_decode=1)
+    try:
+        turn1 = {"prompt_ids": [rng.randrange(V) for _ in range(40)], "max_tokens": 24,
+                 "temperature": 0, "ignore_eos": True}
+        g1 = cl.batch([turn1])[0]
+        check(not g1["error"] and g1["cached_tokens"] == 0, "turn 1: %s" % g1)
+        turn2 = dict(turn1, prompt_ids=turn1["prompt_ids"] + g1["ids"] +
+                     [rng.randrange(V) for _ in range(10)])
+        g2 = cl.batch([turn2])[0]
+        # turn 1 stored the KV of prompt + answer but its last token: 63 tokens, 3 full blocks
+        stored = 40 + 24 - 1
+        check(g2["cached_tokens"] == stored // B * B,
+              "turn 2: %d cached tokens, want %d" % (g2["cached_tokens"], stored // B * B))
+        check(g2["ids"] == C.offline_generate(build, model, turn2), "turn 2 tokens differ")
+        print("prefix cache: %d of %d prompt tokens cached on the second run; turn 2 of a "
+              "conversation hit %d tokens of turn 1; tenants kept apart" %
+              (full, len(long_prompt), g2["cached_tokens"]))
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    print("OK: prefix cache")
+
+
 def scenario_shutdown(build):
     model, cfg = make_model(build, "deepseek_v3")
     cl = C.Cluster(build, model, n_prefill=1, n_decode=1)
@@ -538,6 +608,8 @@ def main():
         scenario_routers(build)
     elif scen == "preempt":
         scenario_preempt(build)
+    elif scen == "cache":
+        scenario_cache(build)
     else:
         fail("unknown scenario " + scen)
 

@@ -69,7 +69,7 @@ static td_wk_seq_t *prompt(td_worker_t *w, int n)
     for (int i = 0; i < n; i++)
         toks[i] = i % 100;
     int code;
-    td_wk_seq_t *s = td_wk_seq_new(w, NULL, (uint64_t)n, toks, (size_t)n, NULL, &code);
+    td_wk_seq_t *s = td_wk_seq_new(w, NULL, (uint64_t)n, toks, (size_t)n, NULL, NULL, &code);
     ck_assert_ptr_nonnull(s);
     s->state = TD_WK_PREFILL;
     return s;
