@@ -34,6 +34,8 @@ static int hash_blocks(td_worker_t *w, td_wk_seq_t *s, int n)
 int td_wk_cache_attach(td_worker_t *w, td_wk_seq_t *s, int limit, bool count)
 {
     int B = w->pool.layout.block_size;
+    if (!w->cfg.prefix_cache)
+        return 0;
     if (count)
         td_metric_add(w->m.cache_queries, limit);
     if (s->kv.n_blocks > 0 || limit < B || hash_blocks(w, s, limit / B))
@@ -49,7 +51,7 @@ int td_wk_cache_attach(td_worker_t *w, td_wk_seq_t *s, int limit, bool count)
 void td_wk_cache_publish(td_worker_t *w, td_wk_seq_t *s)
 {
     int full = s->stored / w->pool.layout.block_size;
-    if (full <= s->n_published || hash_blocks(w, s, full))
+    if (!w->cfg.prefix_cache || full <= s->n_published || hash_blocks(w, s, full))
         return;
     for (int i = s->n_published; i < full; i++)
         td_kv_block_publish(&w->pool, s->kv.blocks[i], &s->hashes[i]);

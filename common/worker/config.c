@@ -24,6 +24,8 @@ const td_opt_t td_wk_opts[] = {
      "tokens per KV block; the same on every worker of a cluster", 1, 4096},
     {"kv.checksum", TD_OPT_BOOL, O(kv_checksum), "false",
      "verify a per-block XXH3 checksum on every KV transfer"},
+    {"kv.prefix_cache", TD_OPT_BOOL, O(prefix_cache), "true",
+     "keep the full blocks of finished sequences and reuse them for prompts that start alike"},
     {"kv.wait_s", TD_OPT_DOUBLE, O(kv_wait_s), "60",
      "decode: seconds reserved blocks wait for the prefill worker's KV", 0.1, 3600},
     {"engine.threads", TD_OPT_INT, O(threads), "0", "compute threads (0: every core)", 0, 1024},

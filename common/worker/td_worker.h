@@ -65,6 +65,7 @@ typedef struct td_wk_cfg {
     uint64_t kv_blocks;  /* blocks in the pool; 0: from kv_memory */
     int64_t block_size;  /* tokens per block */
     bool kv_checksum;    /* per-block checksums on pushes */
+    bool prefix_cache;   /* keep and reuse full blocks by hash (tier 0) */
     double kv_wait_s;    /* decode: how long reserved blocks wait for a prefill worker's push */
     int64_t threads;     /* compute threads; 0: every core */
     int64_t max_batch_tokens;
