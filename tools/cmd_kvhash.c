@@ -13,24 +13,25 @@
 
 static void kvhash_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: tandem kvhash (--fingerprint HEX | --model DIR) --block-size N\n"
-            "                     [--tenant SALT | --tenant-hex HEX] --ids ID,ID,...\n\n"
-            "Print the block hashes (hash version %d, docs/kv-cache.md) of a prompt's token ids:\n"
-            "the keys under which workers cache its KV blocks (pool, host and disk tiers) and\n"
-            "publish them to the cluster index (Redis <ns>:holders:<worker>). An operator can\n"
-            "check whether a prompt's prefix is cached, or find a disk-tier block file:\n"
-            "<dir>/<fingerprint>/<first 2 hex of the hash>/<hash>.\n\n"
-            "  --fingerprint HEX  the layout fingerprint (32 hex digits), as workers log it\n"
-            "  --model DIR        compute the fingerprint from a model (with --block-size)\n"
-            "  --block-size N     tokens per KV block (the workers' kv block size)\n"
-            "  --tenant SALT      the tenant salt, as bytes of this text (default: none)\n"
-            "  --tenant-hex HEX   the tenant salt as hex bytes\n"
-            "  --ids LIST         the prompt's token ids, comma-separated int32 (tandem tokenize)\n\n"
-            "Output: `version 1`, `fingerprint HEX`, `root HEX`, then `block I HEX` per full block\n"
-            "(a trailing partial block has no hash). The same input prints the same hashes in\n"
-            "any process, on any machine, after any restart.\n",
-            TD_KVHASH_VERSION);
+    fprintf(
+        out,
+        "usage: tandem kvhash (--fingerprint HEX | --model DIR) --block-size N\n"
+        "                     [--tenant SALT | --tenant-hex HEX] --ids ID,ID,...\n\n"
+        "Print the block hashes (hash version %d, docs/kv-cache.md) of a prompt's token ids:\n"
+        "the keys under which workers cache its KV blocks (pool, host and disk tiers) and\n"
+        "publish them to the cluster index (Redis <ns>:holders:<worker>). An operator can\n"
+        "check whether a prompt's prefix is cached, or find a disk-tier block file:\n"
+        "<dir>/<fingerprint>/<first 2 hex of the hash>/<hash>.\n\n"
+        "  --fingerprint HEX  the layout fingerprint (32 hex digits), as workers log it\n"
+        "  --model DIR        compute the fingerprint from a model (with --block-size)\n"
+        "  --block-size N     tokens per KV block (the workers' kv block size)\n"
+        "  --tenant SALT      the tenant salt, as bytes of this text (default: none)\n"
+        "  --tenant-hex HEX   the tenant salt as hex bytes\n"
+        "  --ids LIST         the prompt's token ids, comma-separated int32 (tandem tokenize)\n\n"
+        "Output: `version 1`, `fingerprint HEX`, `root HEX`, then `block I HEX` per full block\n"
+        "(a trailing partial block has no hash). The same input prints the same hashes in\n"
+        "any process, on any machine, after any restart.\n",
+        TD_KVHASH_VERSION);
 }
 
 static int unhex(const char *s, uint8_t *out, size_t n)

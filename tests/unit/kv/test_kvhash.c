@@ -75,8 +75,8 @@ static void check_case(const vcase_t *c)
     ck_assert_uint_eq(c->n_hashes, c->n_blocks);
     for (size_t i = 0; i < n; i++) {
         td_kvhash_hex(&got[i], hex);
-        ck_assert_msg(strcmp(hex, c->hashes[i]) == 0, "%s: hash %zu %s, want %s", c->name, i,
-                      hex, c->hashes[i]);
+        ck_assert_msg(strcmp(hex, c->hashes[i]) == 0, "%s: hash %zu %s, want %s", c->name, i, hex,
+                      c->hashes[i]);
     }
     /* continuing from any block's hash gives the rest of the chain */
     if (n >= 2) {
