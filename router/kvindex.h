@@ -1,5 +1,6 @@
 /* kvindex.h: the router's in-memory mirror of the cluster KV index: which workers hold which
- * prompt blocks (td_kvhash_t), and in which tier. Placement asks it how many leading blocks of a
+ * prompt blocks (td_kvhash_t: hash version 1 block hashes, which already bind model, layout and
+ * tenant, see td_kvhash.h), and in which tier. Placement asks it how many leading blocks of a
  * prompt each worker already holds, so a request goes where its prefix is cached. The mirror is
  * fed by workers' add/remove events; it is never authoritative (a hit that turns out stale costs
  * a recompute, not a wrong answer). Loop thread only.

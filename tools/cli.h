@@ -18,6 +18,9 @@ int td_cmd_generate(int argc, char **argv);
  * (cmd_tokenize.c). */
 int td_cmd_tokenize(int argc, char **argv);
 int td_cmd_detokenize(int argc, char **argv);
+/* `tandem kvhash`: a prompt's hash version 1 block hashes (cmd_kvhash.c). */
+int td_cmd_kvhash(int argc, char **argv);
+
 /* `tandem ctl`: status, drain, generate and batch through a router's RPC (cmd_ctl.c). */
 int td_cmd_ctl(int argc, char **argv);
 

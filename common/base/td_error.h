@@ -34,13 +34,14 @@
     X(ECLOSED, -21, "handle closed")                                                               \
     X(ENOSPC, -22, "no space left")                                                                \
     X(EUNKNOWNKEY, -23, "unknown configuration key")                                               \
-    X(EINTERNAL, -24, "internal error")
+    X(EINTERNAL, -24, "internal error")                                                            \
+    X(EDISABLED, -25, "turned off after an earlier failure")
 
 enum {
 #define TD_ERR_ENUM(name, val, msg) TD_##name = (val),
     TD_ERRNO_MAP(TD_ERR_ENUM)
 #undef TD_ERR_ENUM
-    TD_ERR_LAST_ = -25
+    TD_ERR_LAST_ = -26
 };
 
 /* Human-readable message for a TD_E* code ("unknown error" for anything else). Never NULL. */

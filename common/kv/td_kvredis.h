@@ -1,7 +1,8 @@
 /* td_kvredis.h: the cluster KV index in Redis, kept by workers and mirrored by routers.
  *
  * Layout (binary-safe; `ns` is the namespace, normally "tandem:<layout fingerprint hex>"):
- *   <ns>:holders:<worker>   a HASH: field = block hash (16 bytes), value = tier (1 byte)
+ *   <ns>:holders:<worker>   a HASH: field = block hash (16 canonical bytes of a hash version 1
+ *                           td_kvhash_t, see td_kvhash.h), value = tier (1 byte)
  *   <ns>:events             a pub/sub channel; each message is the worker id, a NUL, then
  *                           18-byte records: op (1 = add, 2 = remove), tier, hash
  *                           (op 3, with no hash, says "the worker's whole set was replaced")

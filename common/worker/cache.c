@@ -23,10 +23,15 @@ static int hash_blocks(td_worker_t *w, td_wk_seq_t *s, int n)
         s->hashes = h;
         s->cap_hashes = cap;
     }
-    const td_kvhash_t *prev = s->n_hashed ? &s->hashes[s->n_hashed - 1] : NULL;
+    td_kvhash_t root;
+    const td_kvhash_t *prev = s->n_hashed ? &s->hashes[s->n_hashed - 1] : &root;
+    if (!s->n_hashed) {
+        int rc = td_kvhash_root(w->pool.layout.fingerprint, s->tenant, s->tenant_len, &root);
+        if (rc)
+            return rc;
+    }
     td_kvhash_blocks(s->toks + (size_t)s->n_hashed * B, (size_t)(n - s->n_hashed) * B, (size_t)B,
-                     w->pool.layout.fingerprint, s->tenant, s->tenant_len, prev,
-                     s->hashes + s->n_hashed, (size_t)(n - s->n_hashed));
+                     prev, s->hashes + s->n_hashed, (size_t)(n - s->n_hashed));
     s->n_hashed = n;
     return 0;
 }
