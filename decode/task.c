@@ -23,7 +23,7 @@ void td_decode_on_task(td_worker_t *w, td_wk_router_t *rt, const Tandem__Frame *
     if (t->local_prefill) {
         s->state = TD_WK_PREFILL;
         /* the cached prefix, leaving at least the last token to compute (its logits) */
-        s->cached_tokens = td_wk_cache_attach(w, s, s->n_prompt - 1, true);
+        td_wk_cache_admit(w, s, s->n_prompt - 1);
     } else {
         int rc = td_kv_seq_reserve(&w->pool, &s->kv, s->n_prompt);
         ids = td_calloc((size_t)TD_MAX(s->kv.n_blocks, 1), sizeof(uint32_t));

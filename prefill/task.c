@@ -36,7 +36,7 @@ void td_prefill_on_task(td_worker_t *w, td_wk_router_t *rt, const Tandem__Frame 
     s->n_dst = need;
     s->dst_req = t->decode_request_id;
     /* the cached prefix, leaving at least the last token to compute (its logits) */
-    s->cached_tokens = td_wk_cache_attach(w, s, s->n_prompt - 1, true);
+    td_wk_cache_admit(w, s, s->n_prompt - 1);
     int rc = td_kvx_connect(w->kvx, t->decode_blob.data, t->decode_blob.len, &s->peer);
     if (rc) {
         char msg[256];

@@ -277,6 +277,13 @@ void td_kv_seq_release(td_kv_pool_t *p, td_kv_seq_t *s)
     memset(s, 0, sizeof(*s));
 }
 
+void td_kv_seq_truncate(td_kv_pool_t *p, td_kv_seq_t *s, int n_blocks)
+{
+    while (s->n_blocks > n_blocks)
+        td_kv_block_unref(p, s->blocks[--s->n_blocks]);
+    s->n_tokens = TD_MIN(s->n_tokens, s->n_blocks * p->layout.block_size);
+}
+
 int td_kv_seq_attach_cached(td_kv_pool_t *p, td_kv_seq_t *s, const td_kvhash_t *h, int n)
 {
     TD_ASSERT(s->n_blocks == 0);

@@ -116,6 +116,9 @@ int td_kv_seq_reserve(td_kv_pool_t *p, td_kv_seq_t *s, int n_tokens);
 /* Return every block to the pool and empty the sequence. Blocks are let go last first, so a
  * cached prefix is evicted from its end: what stays cached is always a prefix. */
 void td_kv_seq_release(td_kv_pool_t *p, td_kv_seq_t *s);
+/* Keep only the first n_blocks blocks of s (the rest go back to the pool); n_tokens is capped to
+ * what they hold. */
+void td_kv_seq_truncate(td_kv_pool_t *p, td_kv_seq_t *s, int n_blocks);
 /* Take the longest cached prefix of the chain h[0, n) into the empty sequence s (a reference per
  * block); s->n_tokens becomes that many full blocks. Returns the number of blocks taken (0 on
  * allocation failure too). */

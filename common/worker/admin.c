@@ -59,7 +59,28 @@ int td_wk_metrics_init(td_worker_t *w)
                                         "Blocks held in the prefix cache.", "tier=\"pool\"");
     m->evictions = td_metrics_counter(r, "kv_cache_evictions_total",
                                       "Cached blocks evicted to make room.", "tier=\"pool\"");
-    if (!m->cache_queries || !m->cache_hits || !m->cached_blocks || !m->evictions)
+    m->disk_queries = td_metrics_counter(r, "prefix_cache_queries_total",
+                                         "Prompt tokens looked up in the prefix cache.",
+                                         "tier=\"disk\"");
+    m->disk_hits = td_metrics_counter(r, "prefix_cache_hits_total",
+                                      "Prompt tokens found in the prefix cache.", "tier=\"disk\"");
+    m->disk_files = td_metrics_gauge(r, "kv_cached_blocks", "Blocks held in the prefix cache.",
+                                     "tier=\"disk\"");
+    m->disk_bytes = td_metrics_gauge(r, "kv_disk_bytes", "Bytes of the disk tier's block files.",
+                                     NULL);
+    m->disk_enabled = td_metrics_gauge(r, "kv_disk_enabled",
+                                       "1 while the disk tier works; 0 once a disk failure turned "
+                                       "it off (or when none is configured).",
+                                       NULL);
+    m->disk_corrupt = td_metrics_counter(r, "kv_disk_corrupt_total",
+                                         "Bad block files found and deleted (never served).", NULL);
+    m->disk_errors = td_metrics_counter(r, "kv_disk_errors_total",
+                                        "Disk tier system call failures.", NULL);
+    m->disk_evictions = td_metrics_counter(r, "kv_cache_evictions_total",
+                                           "Cached blocks evicted to make room.", "tier=\"disk\"");
+    if (!m->cache_queries || !m->cache_hits || !m->cached_blocks || !m->evictions ||
+        !m->disk_queries || !m->disk_hits || !m->disk_files || !m->disk_bytes ||
+        !m->disk_enabled || !m->disk_corrupt || !m->disk_errors || !m->disk_evictions)
         return td_err_set(TD_ENOMEM, "out of memory");
     if (!m->running || !m->waiting || !m->kv_usage || !m->prompt || !m->gen || !m->step ||
         !m->xfer_bytes || !m->recv_bytes || !m->xfer_s || !m->tail_s || !m->req_ok ||

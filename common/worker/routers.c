@@ -44,6 +44,17 @@ void td_wk_fill_load(td_worker_t *w, Tandem__Load *l)
     double ev = (double)w->pool.evictions - td_metric_value(w->m.evictions);
     if (ev > 0)
         td_metric_add(w->m.evictions, ev);
+    if (w->disk) {
+        td_kvdisk_stats_t st;
+        td_kvdisk_stats(w->disk, &st);
+        td_metric_set(w->m.disk_files, (double)st.files);
+        td_metric_set(w->m.disk_bytes, (double)st.bytes);
+        td_metric_set(w->m.disk_enabled, st.enabled);
+        td_metric_add(w->m.disk_corrupt, (double)st.corrupt - td_metric_value(w->m.disk_corrupt));
+        td_metric_add(w->m.disk_errors, (double)st.errors - td_metric_value(w->m.disk_errors));
+        td_metric_add(w->m.disk_evictions,
+                      (double)st.evictions - td_metric_value(w->m.disk_evictions));
+    }
 }
 
 void td_wk_send_heartbeats(td_worker_t *w)

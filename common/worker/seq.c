@@ -55,7 +55,7 @@ int td_wk_seq_push_token(td_wk_seq_t *s, int32_t t)
 
 void td_wk_seq_maybe_free(td_worker_t *w, td_wk_seq_t *s)
 {
-    if (s->in_step || s->pushes_out > 0)
+    if (s->in_step || s->pushes_out > 0 || s->loads_out > 0)
         return;
     if (w->role->blocks_busy && w->role->blocks_busy(w, s))
         return;

@@ -38,6 +38,7 @@
 #include "td_engine.h"
 #include "td_http.h"
 #include "td_kv.h"
+#include "td_kvdisk.h"
 #include "td_kvx.h"
 #include "td_metrics.h"
 #include "td_model.h"
@@ -66,6 +67,10 @@ typedef struct td_wk_cfg {
     int64_t block_size;  /* tokens per block */
     bool kv_checksum;    /* per-block checksums on pushes */
     bool prefix_cache;   /* keep and reuse full blocks by hash (tier 0) */
+    char *disk_dir;      /* the disk tier's directory (tier 2); NULL: no disk tier */
+    uint64_t disk_max;   /* its size cap, bytes */
+    char *disk_load;     /* "auto": load a block from disk when measured cheaper than computing it;
+                            "always" */
     double kv_wait_s;    /* decode: how long reserved blocks wait for a prefill worker's push */
     int64_t threads;     /* compute threads; 0: every core */
     int64_t max_batch_tokens;
@@ -131,6 +136,7 @@ typedef enum td_wk_state {
     TD_WK_WAIT_KV,
     TD_WK_RUN,
     TD_WK_PUSHING,
+    TD_WK_LOADING, /* prompt blocks are being read from the disk tier into the pool */
 } td_wk_state_t;
 
 struct td_wk_seq {
@@ -154,6 +160,10 @@ struct td_wk_seq {
     int n_hashed, cap_hashes;
     int n_published;   /* kv.blocks[0, n_published) are published in the pool's prefix cache */
     int cached_tokens; /* prompt tokens taken from a cache instead of computed (usage) */
+    int loads_out;     /* disk loads into kv.blocks not completed (they own those blocks' bytes) */
+    int load_from, load_to; /* LOADING: kv.blocks[load_from, load_to) are being loaded */
+    int load_bad;      /* the first of them whose load failed (load_to when none) */
+    double t_load0;
     int logprobs; /* -1: none; else top alternatives per token */
     td_sampler_t smp;
     td_kv_seq_t kv; /* kv.n_tokens tokens stored */
@@ -207,7 +217,8 @@ typedef struct td_wk_metrics {
     td_metrics_t *reg;
     td_metric_t *running, *waiting, *kv_usage, *prompt, *gen, *step, *xfer_bytes, *xfer_s,
         *tail_s, *recv_bytes, *req_ok, *req_fail, *preempt, *cache_queries, *cache_hits,
-        *cached_blocks, *evictions;
+        *cached_blocks, *evictions, *disk_queries, *disk_hits, *disk_files, *disk_bytes,
+        *disk_enabled, *disk_corrupt, *disk_errors, *disk_evictions;
 } td_wk_metrics_t;
 
 struct td_worker {
@@ -225,6 +236,9 @@ struct td_worker {
     td_kv_layout_t layout;
     td_kv_pool_t pool;
     td_kvx_t *kvx;
+    td_kvdisk_t *disk; /* tier 2, or NULL */
+    double load_s_per_block;    /* measured: seconds to load one block from disk (0: unmeasured) */
+    double prefill_s_per_token; /* measured: seconds of prefill compute per token (0: unmeasured) */
     td_http_server_t *http;
     td_wk_metrics_t m;
     td_wk_router_t routers[TD_WK_MAX_ROUTERS];
@@ -284,8 +298,21 @@ void td_wk_send(td_wk_seq_t *s, const Tandem__Frame *f);
  * table; s->stored becomes what was taken. Returns the tokens taken. With `count` the lookup is
  * counted in the prefix-cache metrics (an admission, as vLLM counts them). */
 int td_wk_cache_attach(td_worker_t *w, td_wk_seq_t *s, int limit, bool count);
-/* Publish s's blocks that are full and stored (their KV is final) in the prefix cache. */
+/* Publish s's blocks that are full and stored (their KV is final) in the prefix cache, and
+ * write them to the disk tier. */
 void td_wk_cache_publish(td_worker_t *w, td_wk_seq_t *s);
+/* Admission of a sequence in PREFILL whose prompt's first `limit` tokens may come from a cache:
+ * the pool's blocks are taken at once; the next blocks the disk tier holds are loaded into the
+ * pool when that is cheaper than computing them (kv.disk_load), and s waits in LOADING until they
+ * are in (then it is PREFILL again and the scheduler runs). Returns the tokens taken so far;
+ * s->cached_tokens counts every cached token once loads complete. */
+void td_wk_cache_admit(td_worker_t *w, td_wk_seq_t *s, int limit);
+/* Open the disk tier when configured. 0 or TD_E*. */
+int td_wk_disk_open(td_worker_t *w);
+/* Close it (callbacks of work in flight run first); `done` runs on the loop once it is closed. */
+void td_wk_disk_close(td_worker_t *w, void (*done)(void *arg), void *arg);
+/* A prefill-only step of `tokens` prompt tokens took `seconds` (the compute cost model). */
+void td_wk_cache_measure_prefill(td_worker_t *w, int tokens, double seconds);
 
 /* ---- sched.c: the scheduler ---------------------------------------------------------------- */
 

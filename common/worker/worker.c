@@ -19,6 +19,12 @@ static void on_kvx_closed(void *arg)
     closed_all = true;
 }
 
+static void on_disk_closed(void *arg)
+{
+    td_worker_t *w = arg;
+    td_kvx_close(w->kvx, on_kvx_closed, w);
+}
+
 /* Close every handle once nothing is left to finish. */
 static void finish_stop(td_worker_t *w)
 {
@@ -30,7 +36,7 @@ static void finish_stop(td_worker_t *w)
     td_wk_routers_stop(w);
     td_http_server_close(w->http);
     td_wk_compute_close(w);
-    td_kvx_close(w->kvx, on_kvx_closed, w);
+    td_wk_disk_close(w, on_disk_closed, w); /* its last stores let go of pool blocks */
     td_daemon_close(w->daemon);
 }
 
@@ -53,7 +59,7 @@ static void on_hb_timer(uv_timer_t *t)
         }
     bool busy = td_wk_compute_busy(w);
     for (td_wk_seq_t *s = w->head; s && !busy; s = s->next)
-        busy = !s->dead || s->in_step || s->pushes_out > 0;
+        busy = !s->dead || s->in_step || s->pushes_out > 0 || s->loads_out > 0;
     if (!busy)
         finish_stop(w);
 }
@@ -130,7 +136,7 @@ static int load(td_worker_t *w)
 static int start(td_worker_t *w)
 {
     int rc;
-    if ((rc = load(w)) || (rc = td_wk_metrics_init(w)) || (rc = td_wk_compute_start(w)) ||
+    if ((rc = load(w)) || (rc = td_wk_disk_open(w)) || (rc = td_wk_metrics_init(w)) || (rc = td_wk_compute_start(w)) ||
         (rc = td_wk_admin_start(w)) || (rc = td_wk_routers_start(w)))
         return rc;
     uv_timer_init(w->loop, &w->hb_timer);
@@ -149,6 +155,7 @@ static void close_partial(td_worker_t *w)
     if (w->hb_timer.data)
         uv_close((uv_handle_t *)&w->hb_timer, NULL);
     td_wk_compute_close(w);
+    td_wk_disk_close(w, NULL, NULL);
     if (w->kvx)
         td_kvx_close(w->kvx, NULL, NULL);
     if (w->daemon)

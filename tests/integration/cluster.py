@@ -201,14 +201,16 @@ class Cluster:
         except ValueError:
             return status, raw.decode("utf-8", "replace"), hdrs
 
-    def worker_metric(self, wid, name):
-        """Sum of a metric's samples on one worker's /metrics."""
+    def worker_metric(self, wid, name, labels=""):
+        """Sum of a metric's samples on one worker's /metrics (those whose labels include
+        `labels`, e.g. 'tier="disk"', when given)."""
         port = self.workers[wid].port("http")
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
             text = r.read().decode()
         total = 0.0
         for line in text.splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
+            if (line.startswith(name + "{") or line.startswith(name + " ")) and \
+                    labels in line.rsplit(" ", 1)[0]:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 

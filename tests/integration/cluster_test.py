@@ -21,6 +21,8 @@ Usage: cluster_test.py BUILD_DIR SCENARIO ARCH [MODEL_DIR]
   preempt           a decode worker short of KV blocks preempts and recomputes; tokens unchanged
   cache             the prefix cache: a repeated prompt and a conversation's next turn hit the
                     cached blocks (usage says so), tokens unchanged; tenants never share blocks
+  disk              the disk tier across SIGKILL and restart, corrupted and truncated files, a
+                    tiny cap and a failing disk
 
 ARCH is deepseek_v3 or llama: MODEL_DIR (written by make_model.py), else mkmodel's tiny preset
 with the real tokenizer of that family written under BUILD_DIR.
@@ -565,6 +567,115 @@ def scenario_cache(build):
     print("OK: prefix cache")
 
 
+def kv_files(build, model, disk, ids, block=16):
+    """Paths of the disk tier's files for the full blocks of prompt `ids` (tandem kvhash)."""
+    r = subprocess.run([os.path.join(build, "tools", "tandem"), "kvhash", "--model", model,
+                        "--block-size", str(block), "--ids", ",".join(map(str, ids))],
+                       capture_output=True, text=True, check=True)
+    fp, blocks = None, []
+    for line in r.stdout.splitlines():
+        f = line.split()
+        if f[0] == "fingerprint":
+            fp = f[1]
+        elif f[0] == "block":
+            blocks.append(f[2])
+    return [os.path.join(disk, fp, h[:2], h) for h in blocks]
+
+
+def scenario_disk(build):
+    """The disk tier: a worker killed with SIGKILL and restarted on the same directory serves the
+    prompt's blocks from disk at once, tokens equal to a cold run's; a flipped byte and a truncated
+    block file are detected, dropped and recomputed, tokens still equal; a tiny kv.disk_max evicts
+    and keeps serving; a disk that fails turns the tier off and serving goes on."""
+    model, cfg = make_model(build, "deepseek_v3")
+    rng = random.Random(9)
+    V, B = cfg["vocab_size"], 16
+    prompt = [rng.randrange(V) for _ in range(150)]
+    req = {"prompt_ids": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True}
+    want = C.offline_generate(build, model, req)
+    disk = tempfile.mkdtemp(prefix="tandem-kvdisk-")
+    args = ["--kv.disk_dir", disk, "--kv.disk_load", "always"]
+    full = (len(prompt) - 1) // B * B
+    cl = C.Cluster(build, model, n_prefill=0, n_decode=1, decode_args=args)
+    try:
+        g = cl.batch([req])[0]
+        check(not g["error"] and g["ids"] == want and g["cached_tokens"] == 0, "cold: %s" % g)
+        # prompt and answer (less the last token) were written: 165 tokens, 10 blocks
+        wait_for(lambda: cl.worker_metric("d0", "tandem_kv_cached_blocks", 'tier="disk"') >= 10,
+                 30, "10 blocks on disk")
+        files = kv_files(build, model, disk, prompt)
+        check(all(os.path.exists(f) for f in files), "block files missing: %s" % files)
+        cl.workers["d0"].kill()
+        cl.add_worker("decode", "d0", args)
+        cl.wait_workers(1)
+        g = cl.batch([req])[0]
+        check(not g["error"] and g["ids"] == want, "after restart: %s" % g)
+        check(g["cached_tokens"] == full, "after restart: %d cached tokens, want %d from disk" %
+              (g["cached_tokens"], full))
+        check(cl.worker_metric("d0", "tandem_prefix_cache_hits_total", 'tier="disk"') == full,
+              "disk hits")
+        # corrupt block 5 (a flipped payload byte) and truncate block 7, then restart again
+        cl.workers["d0"].kill()
+        with open(files[5], "r+b") as f:
+            f.seek(200)
+            b = f.read(1)
+            f.seek(200)
+            f.write(bytes([b[0] ^ 0x40]))
+        with open(files[7], "r+b") as f:
+            f.truncate(os.path.getsize(files[7]) // 2)
+        cl.add_worker("decode", "d0", args)
+        cl.wait_workers(1)
+        g = cl.batch([req])[0]
+        check(not g["error"] and g["ids"] == want, "after corruption: %s" % g)
+        check(g["cached_tokens"] == 5 * B, "after corruption: %d cached tokens, want the %d "
+              "before the flipped block" % (g["cached_tokens"], 5 * B))
+        check(cl.worker_metric("d0", "tandem_kv_disk_corrupt_total") >= 2, "corrupt files counted")
+        # both bad files were dropped; the recomputed blocks are written again, whole
+        size = os.path.getsize(files[0])
+        wait_for(lambda: all(os.path.exists(f) and os.path.getsize(f) == size
+                             for f in (files[5], files[7])), 30, "blocks 5 and 7 rewritten")
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    # a cap of 4 blocks: eviction, every request served
+    block_file = 72 + os.path.getsize(files[0]) - 72
+    tiny = tempfile.mkdtemp(prefix="tandem-kvdisk-")
+    cl = C.Cluster(build, model, n_prefill=0, n_decode=1,
+                   decode_args=["--kv.disk_dir", tiny, "--kv.disk_max", str(4 * block_file)])
+    try:
+        reqs = [{"prompt_ids": [rng.randrange(V) for _ in range(60)], "max_tokens": 4,
+                 "temperature": 0} for _ in range(6)]
+        out = cl.batch(reqs)
+        check(all(not g["error"] for g in out), "tiny cap: %s" % [g["error"] for g in out])
+        wait_for(lambda: cl.worker_metric("d0", "tandem_kv_cache_evictions_total",
+                                          'tier="disk"') > 0, 30, "disk evictions")
+        check(cl.worker_metric("d0", "tandem_kv_disk_bytes") <= 4 * block_file, "cap exceeded")
+        # a disk that fails: every prefix folder becomes a plain file, so writes fail
+        fpdir = os.path.dirname(os.path.dirname(kv_files(build, model, tiny, prompt)[0]))
+        for i in range(256):
+            p = os.path.join(fpdir, "%02x" % i)
+            shutil.rmtree(p, ignore_errors=True)
+            open(p, "w").close()
+        out = cl.batch([{"prompt_ids": [rng.randrange(V) for _ in range(60)], "max_tokens": 4,
+                         "temperature": 0} for _ in range(3)])
+        check(all(not g["error"] for g in out), "failing disk: %s" % [g["error"] for g in out])
+        wait_for(lambda: cl.worker_metric("d0", "tandem_kv_disk_enabled") == 0, 30,
+                 "the tier to turn off")
+        g = cl.batch([req])[0]
+        check(not g["error"] and g["ids"] == want, "serving after the disk failed: %s" % g)
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+        shutil.rmtree(disk, ignore_errors=True)
+        shutil.rmtree(tiny, ignore_errors=True)
+    print("disk tier: %d tokens from disk after SIGKILL and restart; a flipped byte and a "
+          "truncated file dropped and recomputed; a 4-block cap evicts; a failing disk turns the "
+          "tier off; every token equal to tandem generate" % full)
+    print("OK: disk tier")
+
+
 def scenario_shutdown(build):
     model, cfg = make_model(build, "deepseek_v3")
     cl = C.Cluster(build, model, n_prefill=1, n_decode=1)
@@ -610,6 +721,8 @@ def main():
         scenario_preempt(build)
     elif scen == "cache":
         scenario_cache(build)
+    elif scen == "disk":
+        scenario_disk(build)
     else:
         fail("unknown scenario " + scen)
 
