@@ -256,6 +256,8 @@ static int reserve_table(td_kv_seq_t *s, int need)
 int td_kv_seq_reserve(td_kv_pool_t *p, td_kv_seq_t *s, int n_tokens)
 {
     int need = (n_tokens + p->layout.block_size - 1) / p->layout.block_size;
+    if (need <= s->n_blocks)
+        return 0; /* reads only the sequence: the engine calls this on the compute thread */
     if (reserve_table(s, need))
         return TD_ENOMEM;
     if (need - s->n_blocks > p->n_free)

@@ -111,7 +111,9 @@ typedef struct td_kv_seq {
 
 void td_kv_seq_init(td_kv_seq_t *s);
 /* Make room for `n_tokens` tokens in total, taking blocks from the pool: all of them or none.
- * 0 or TD_ENOSPC / TD_ENOMEM (the sequence is as it was). */
+ * 0 or TD_ENOSPC / TD_ENOMEM (the sequence is as it was). When the room is already there it
+ * reads only `s`, not the pool (the engine's step calls it on the compute thread while the loop
+ * owns the pool). */
 int td_kv_seq_reserve(td_kv_pool_t *p, td_kv_seq_t *s, int n_tokens);
 /* Return every block to the pool and empty the sequence. Blocks are let go last first, so a
  * cached prefix is evicted from its end: what stays cached is always a prefix. */
