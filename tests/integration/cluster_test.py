@@ -670,9 +670,31 @@ def scenario_disk(build):
         C._kill_all()
         shutil.rmtree(disk, ignore_errors=True)
         shutil.rmtree(tiny, ignore_errors=True)
+    # a disk that fills up: a 256 KiB tmpfs under a 10 GiB cap (needs mount: root)
+    small = tempfile.mkdtemp(prefix="tandem-kvdisk-")
+    full_disk = "skipped (cannot mount a tmpfs here)"
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", small],
+                      capture_output=True).returncode == 0:
+        cl = C.Cluster(build, model, n_prefill=0, n_decode=1,
+                       decode_args=["--kv.disk_dir", small, "--kv.disk_max", "10G"])
+        try:
+            out = cl.batch([{"prompt_ids": [rng.randrange(V) for _ in range(120)],
+                             "max_tokens": 4, "temperature": 0} for _ in range(8)])
+            check(all(not g["error"] for g in out), "full disk: %s" % [g["error"] for g in out])
+            wait_for(lambda: cl.worker_metric("d0", "tandem_kv_disk_enabled") == 0, 30,
+                     "the tier to turn off on a full disk")
+            g = cl.batch([req])[0]
+            check(not g["error"] and g["ids"] == want, "serving on a full disk: %s" % g)
+            codes = cl.stop()
+            check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+            full_disk = "turns the tier off, serving goes on"
+        finally:
+            C._kill_all()
+            subprocess.run(["umount", "-l", small])
+    shutil.rmtree(small, ignore_errors=True)
     print("disk tier: %d tokens from disk after SIGKILL and restart; a flipped byte and a "
           "truncated file dropped and recomputed; a 4-block cap evicts; a failing disk turns the "
-          "tier off; every token equal to tandem generate" % full)
+          "tier off; a full disk %s; every token equal to tandem generate" % (full, full_disk))
     print("OK: disk tier")
 
 
