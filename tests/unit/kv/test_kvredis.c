@@ -1,6 +1,7 @@
 /* test_kvredis.c: the Redis-backed KV index against a real redis-server on loopback: events from
  * a worker reach a router, a late router resyncs, and after Redis restarts empty the worker
- * republishes and routers resync. */
+ * republishes and routers resync; a worker's lease keeps its set while it renews and lets it go
+ * when it dies; a restarted worker's new epoch replaces its set. */
 #include "td_kvredis.h"
 #include "td_util.h"
 
@@ -80,6 +81,7 @@ typedef struct mirror {
     int8_t tier[2][256];
     int resets;
     int ups, downs, inventories;
+    uint64_t epoch; /* of the last event */
 } mirror_t;
 
 static td_kvhash_t blk(int i)
@@ -96,6 +98,7 @@ static void on_events(const td_kvredis_event_t *ev, size_t n, void *ud)
     mirror_t *m = ud;
     for (size_t i = 0; i < n; i++) {
         int w = strcmp(ev[i].worker, "d0") == 0 ? 0 : 1;
+        m->epoch = ev[i].epoch;
         if (ev[i].op == TD_KVREDIS_RESET) {
             memset(m->tier[w], -1, sizeof(m->tier[w]));
             m->resets++;
@@ -169,7 +172,8 @@ static bool have(void *a)
         return false;
     if (count(x->m, x->w) != x->n)
         return false;
-    return x->scard < 0 || redis_int("HLEN %s", "t:holders:d0") == x->scard;
+    /* the worker's hash holds its blocks and, once it holds any, one "epoch" field */
+    return x->scard < 0 || redis_int("HLEN %s", "t:holders:d0") == x->scard + (x->scard > 0);
 }
 
 static void publish(int i, int tier)
@@ -244,6 +248,85 @@ START_TEST(test_events_resync_restart)
 }
 END_TEST
 
+static bool gone(void *a)
+{
+    return redis_int("EXISTS %s", a) == 0;
+}
+
+static bool resets_above(void *a)
+{
+    want_t *x = a;
+    return x->m->resets > x->n && count(x->m, x->w) == 1;
+}
+
+START_TEST(test_lease_epoch)
+{
+    redis_port = free_port();
+    redis_start();
+    uv_loop_init(&loop);
+    char addr[32];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", redis_port);
+    memset(inventory, -1, sizeof(inventory));
+    mirror_t wm = {0}, rm = {0};
+    memset(rm.tier, -1, sizeof(rm.tier));
+    td_kvredis_opts_t wo = {.addr = addr, .ns = "t", .worker_id = "d0", .epoch = 42,
+                            .lease_ms = 400, .on_state = worker_state, .ud = &wm};
+    td_kvredis_opts_t ro = {.addr = addr, .ns = "t", .subscribe = true, .on_events = on_events,
+                            .on_state = on_state, .ud = &rm};
+    td_kvredis_t *router = td_kvredis_new(&loop, &ro);
+    worker = td_kvredis_new(&loop, &wo);
+    ck_assert_uint_eq(td_kvredis_epoch(worker), 42);
+    want_t w = {&rm, 0, 0, -1, router, 1};
+    ck_assert(run_until(have, &w, 5000));
+    publish(1, 0);
+    publish(2, 0);
+    w = (want_t){&rm, 0, 2, 2, NULL, 0};
+    ck_assert(run_until(have, &w, 5000));
+    ck_assert_uint_eq(rm.epoch, 42); /* events carry the publisher's epoch */
+    long long ttl = redis_int("PTTL %s", "t:holders:d0");
+    ck_assert(ttl > 0 && ttl <= 400);
+    /* renewed every 100 ms, the set outlives its lease */
+    for (int i = 0; i < 8; i++) {
+        uint64_t end = td_now_ns() + 100000000;
+        while (td_now_ns() < end) {
+            uv_run(&loop, UV_RUN_NOWAIT);
+            usleep(1000);
+        }
+        td_kvredis_renew(worker);
+    }
+    ck_assert_int_eq(redis_int("EXISTS %s", "t:holders:d0"), 1);
+    /* the worker dies (no goodbye, no renewal): its set is gone within the lease */
+    td_kvredis_close(worker);
+    uint64_t t0 = td_now_ns();
+    ck_assert(run_until(gone, "t:holders:d0", 2000));
+    ck_assert_uint_lt(td_now_ns() - t0, 900000000ull); /* 400 ms lease, generous slack */
+    /* it restarts under the same id: a new epoch, and its inventory replaces the old set */
+    memset(inventory, -1, sizeof(inventory));
+    inventory[7] = 0;
+    wo.epoch = 0; /* drawn at random */
+    worker = td_kvredis_new(&loop, &wo);
+    ck_assert_uint_ne(td_kvredis_epoch(worker), 42);
+    w = (want_t){&rm, 0, 1, 1, NULL, 0};
+    ck_assert(run_until(have, &w, 5000));
+    ck_assert_int_eq(rm.tier[0][7], 0);
+    ck_assert_int_eq(rm.tier[0][1], -1);
+    ck_assert_uint_eq(rm.epoch, td_kvredis_epoch(worker));
+    /* one worker's set read again: a RESET, then its blocks */
+    w = (want_t){&rm, 0, rm.resets};
+    ck_assert_int_eq(td_kvredis_resync_worker(router, "d0"), 0);
+    ck_assert(run_until(resets_above, &w, 5000));
+    ck_assert_int_eq(rm.tier[0][7], 0);
+    ck_assert_uint_eq(rm.epoch, td_kvredis_epoch(worker));
+    td_kvredis_close(worker);
+    td_kvredis_close(router);
+    for (int i = 0; i < 500 && uv_run(&loop, UV_RUN_NOWAIT); i++)
+        usleep(1000);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    redis_stop();
+}
+END_TEST
+
 START_TEST(test_bad_address)
 {
     uv_loop_init(&loop);
@@ -259,6 +342,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_events_resync_restart);
+    tcase_add_test(tc, test_lease_epoch);
     tcase_add_test(tc, test_bad_address);
     suite_add_tcase(s, tc);
     return td_check_run(s);
