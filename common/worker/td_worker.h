@@ -66,6 +66,8 @@ typedef struct td_wk_cfg {
     int64_t block_size;  /* tokens per block */
     bool kv_checksum;    /* per-block checksums on pushes */
     double kv_wait_s;    /* decode: how long reserved blocks wait for a prefill worker's push */
+    char *kv_redis;      /* "host:port" of the cluster KV index's Redis; empty: not published */
+    double kv_redis_lease_s; /* the worker's index entries expire this long after its last beat */
     int64_t threads;     /* compute threads; 0: every core */
     int64_t max_batch_tokens;
     int64_t prefill_chunk;
@@ -224,6 +226,7 @@ struct td_worker {
     td_kv_layout_t layout;
     td_kv_pool_t pool;
     td_kvx_t *kvx;
+    struct td_kvredis *index; /* the cluster KV index publisher (index.c), NULL when off */
     td_http_server_t *http;
     td_wk_metrics_t m;
     td_wk_router_t routers[TD_WK_MAX_ROUTERS];
@@ -285,6 +288,17 @@ void td_wk_send(td_wk_seq_t *s, const Tandem__Frame *f);
 int td_wk_cache_attach(td_worker_t *w, td_wk_seq_t *s, int limit, bool count);
 /* Publish s's blocks that are full and stored (their KV is final) in the prefix cache. */
 void td_wk_cache_publish(td_worker_t *w, td_wk_seq_t *s);
+
+/* ---- index.c: the cluster KV index (td_kvredis.h) ------------------------------------------- */
+
+/* Publish the pool's cached blocks to Redis when kv.redis is set: an ADD when a block is
+ * published, a REMOVE when one is evicted, the whole inventory on every (re)connect, under a
+ * lease renewed by td_wk_index_renew. Redis is never on a request's path. 0 or TD_EINVAL. */
+int td_wk_index_start(td_worker_t *w);
+/* Every heartbeat: renew the lease on the worker's entries. */
+void td_wk_index_renew(td_worker_t *w);
+/* Stop publishing and close the connection (the entries expire with the lease). */
+void td_wk_index_stop(td_worker_t *w);
 
 /* ---- sched.c: the scheduler ---------------------------------------------------------------- */
 
