@@ -15,6 +15,9 @@
 
 #define BACKOFF_MIN_MS 100u
 #define BACKOFF_MAX_MS 5000u
+/* hiredis' libuv adapter (0.14) drops a poll error, so a refused connect is never reported:
+ * an attempt that has not connected by then is abandoned and retried */
+#define CONNECT_TIMEOUT_MS 1000u
 #define REC 18u /* op, tier, hash */
 #define EPOCH_FIELD "epoch"
 
@@ -37,7 +40,7 @@ typedef struct conn {
     redisAsyncContext *ac; /* NULL while down */
     bool up;               /* connected (and, for the subscriber, subscribed) */
     bool is_sub;
-    uv_timer_t retry;
+    uv_timer_t retry; /* the next attempt; while connecting, the attempt's deadline */
     uint64_t backoff_ms;
 } conn_t;
 
@@ -437,6 +440,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
     if (!c)
         return; /* torn down by td_kvredis_close */
     td_kvredis_t *r = c->owner;
+    uv_timer_stop(&c->retry); /* the deadline */
     if (status != REDIS_OK) {
         conn_down(c, ac->errstr);
         return;
@@ -465,6 +469,18 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     conn_down(c, status == REDIS_OK ? "closed" : ac->errstr);
 }
 
+static void on_connect_timeout(uv_timer_t *t)
+{
+    conn_t *c = t->data;
+    redisAsyncContext *ac = c->ac;
+    if (!ac || c->up || c->owner->closing)
+        return;
+    ac->data = NULL; /* our callbacks ignore it from now on */
+    c->ac = NULL;
+    redisAsyncFree(ac);
+    schedule_retry(c);
+}
+
 static void conn_connect(conn_t *c)
 {
     td_kvredis_t *r = c->owner;
@@ -482,6 +498,7 @@ static void conn_connect(conn_t *c)
     redisLibuvAttach(ac, r->loop);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    uv_timer_start(&c->retry, on_connect_timeout, CONNECT_TIMEOUT_MS, 0);
 }
 
 static void on_flush_timer(uv_timer_t *t)

@@ -173,6 +173,9 @@ START_TEST(test_events_resync_restart)
     redis_stop();
     for (int i = 200; i < 205; i++)
         publish(i, 1); /* while Redis is down: carried by the inventory */
+    /* down long enough for several reconnect attempts to fail */
+    for (uint64_t end = td_now_ns() + 1500000000ull; td_now_ns() < end; usleep(1000))
+        uv_run(&loop, UV_RUN_NOWAIT);
     redis_start();
     w = (want_t){&rm, 0, 95, 95, NULL, 0};
     ck_assert(run_until(have, &w, 15000));
