@@ -69,6 +69,19 @@ void td_place_heartbeat(td_place_load_t *l, uint64_t queued_prefill_tokens, uint
     l->pending_blocks = 0;
 }
 
+void td_place_prefill_done(td_place_load_t *l, uint64_t tokens, bool since_hb)
+{
+    uint64_t *q = since_hb ? &l->pending_tokens : &l->queued_prefill_tokens;
+    *q -= TD_MIN(*q, tokens);
+}
+
+void td_place_seq_done(td_place_load_t *l, bool since_hb)
+{
+    uint32_t *n = since_hb ? &l->pending_seqs : &l->running;
+    if (*n > 0)
+        (*n)--;
+}
+
 static uint64_t next_rand(td_placer_t *p)
 {
     uint64_t x = p->rng; /* xorshift64* */

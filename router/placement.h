@@ -100,6 +100,14 @@ int td_place_decode_prompt(td_placer_t *p, td_place_load_t *loads, size_t n, uin
 /* kv_aware's predicted time to first token on a prefill worker (load plus the request). */
 double td_place_prefill_ttft(const td_placer_t *p, const td_place_load_t *l, uint64_t tokens);
 
+/* The router saw work end that the worker's load still counts until its next heartbeat (which
+ * supersedes this): a prefill of `tokens` tokens computed (its first token or PrefillDone), or a
+ * sequence finished. `since_hb`: it was placed after the last heartbeat, so it is counted in the
+ * pending estimate, else in the reported figures. Without this a worker that just finished a
+ * request looks busy for up to a heartbeat, and kv_aware would send the next turn elsewhere. */
+void td_place_prefill_done(td_place_load_t *l, uint64_t tokens, bool since_hb);
+void td_place_seq_done(td_place_load_t *l, bool since_hb);
+
 /* A heartbeat arrived: replace the reported figures and forget the pending estimate. */
 void td_place_heartbeat(td_place_load_t *l, uint64_t queued_prefill_tokens, uint32_t running,
                         uint32_t free_blocks, uint32_t total_blocks, bool draining);

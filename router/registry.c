@@ -230,6 +230,7 @@ oom:
 static void on_heartbeat(td_router_t *rt, td_worker_t *w, const Tandem__Heartbeat *hb)
 {
     w->last_hb = td_now_s();
+    w->n_hb++;
     if (!hb->load)
         return;
     const Tandem__Load *l = hb->load;

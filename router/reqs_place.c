@@ -170,8 +170,12 @@ td_worker_t *td__reqs_choose(td_router_t *rt, int role, td_seq_t *s, const td_wo
     if (k >= 0) {
         out = cand[k];
         out->load = loads[k];
-        if (role == TANDEM__ROLE__ROLE_PREFILL)
+        if (role == TANDEM__ROLE__ROLE_PREFILL) {
             s->prefill_cached = loads[k].cached_tokens;
+            s->pw_hb = out->n_hb;
+        } else {
+            s->dw_hb = out->n_hb;
+        }
     }
 out:
     free(cand);
@@ -220,7 +224,8 @@ int td__reqs_place(td_router_t *rt, td_seq_t *s)
         s->dw = d;
         s->pw = NULL;
         s->got_prefill_done = false;
-        s->local = local_on(rt, s, d, td_kvmirror_cached(rt, s, d));
+        s->local_cached = td_kvmirror_cached(rt, s, d);
+        s->local = local_on(rt, s, d, s->local_cached);
         Tandem__Sampling sp;
         td_msg_sampling_to_proto(&s->job->sp, s->seed, &sp);
         Tandem__DecodeTask t = TANDEM__DECODE_TASK__INIT;

@@ -136,6 +136,7 @@ static void on_prefill_done(td_router_t *rt, td_worker_t *w, const Tandem__Prefi
     if (d->status >= 0) {
         /* kv_aware's cost model: seconds per computed token, an EWMA per worker */
         uint64_t computed = s->n_prompt - TD_MIN(s->prefill_cached, (uint64_t)s->n_prompt);
+        td_place_prefill_done(&w->load, computed, s->pw_hb == w->n_hb);
         if (d->compute_seconds > 0 && computed > 0) {
             double x = d->compute_seconds / (double)computed;
             w->s_per_token = w->s_per_token > 0 ? 0.8 * w->s_per_token + 0.2 * x : x;

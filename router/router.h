@@ -96,6 +96,7 @@ struct td_worker {
     uint64_t assigned; /* sequences this router placed on it */
     uint32_t holder;   /* its number in the KV index mirror (kvmirror.c) */
     double s_per_token; /* prefill seconds per computed token, EWMA of PrefillDone (0: none yet) */
+    uint64_t n_hb;      /* heartbeats received (which of them a placement came after) */
     td_metric_t *m_up, *m_kv, *m_running, *m_waiting;
 };
 
@@ -213,6 +214,8 @@ struct td_seq {
     uint8_t kvh_fp[16];
     uint32_t kvh_bt;          /* tokens per block they were computed for; 0: none yet */
     uint64_t prefill_cached;  /* what the index said the prefill worker holds (its cost EWMA) */
+    uint64_t local_cached;    /* local prefill: what the index said the decode worker holds */
+    uint64_t dw_hb, pw_hb;    /* the workers' n_hb when s was placed on them */
     td_resp_finish_t finish;
     double t_placed, t_first, t_last; /* td_now_s() stamps */
 };
