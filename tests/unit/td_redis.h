@@ -1,5 +1,6 @@
 /* td_redis.h: a private redis-server for a test: a free loopback port, no persistence, killed
- * when the test process dies. Header-only (static functions): include it from one test file. */
+ * when the test process dies; and the libuv loop helpers of tests that talk to it. Header-only
+ * (static functions): include it from one test file. */
 #ifndef TD_TEST_REDIS_H
 #define TD_TEST_REDIS_H
 
@@ -14,6 +15,9 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <uv.h>
+
+#include "td_util.h"
 
 static int redis_port;
 static pid_t redis_pid;
@@ -70,6 +74,35 @@ static void redis_stop(void)
 {
     kill(redis_pid, SIGKILL);
     waitpid(redis_pid, NULL, 0);
+}
+
+/* A test's start: redis-server on a free port, `loop` initialised, `addr` its "host:port". */
+static void redis_setup(uv_loop_t *loop, char addr[32])
+{
+    redis_port = free_port();
+    redis_start();
+    ck_assert_int_eq(uv_loop_init(loop), 0);
+    snprintf(addr, 32, "127.0.0.1:%d", redis_port);
+}
+
+/* Run `loop` until cond(arg) holds or `ms` pass; whether it holds. */
+static bool loop_run_until(uv_loop_t *loop, bool (*cond)(void *), void *arg, int ms)
+{
+    uint64_t end = td_now_ns() + (uint64_t)ms * 1000000;
+    while (!cond(arg) && td_now_ns() < end) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        usleep(500);
+    }
+    return cond(arg);
+}
+
+/* Let what was closed finish closing, then close the loop (every handle must be gone). */
+static void loop_finish(uv_loop_t *loop)
+{
+    for (int i = 0; i < 500 && uv_run(loop, UV_RUN_NOWAIT); i++)
+        usleep(1000);
+    uv_run(loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(loop), 0);
 }
 
 #endif

@@ -92,12 +92,7 @@ static int count(const mirror_t *m, int w)
 static uv_loop_t loop;
 static bool run_until(bool (*cond)(void *), void *arg, int ms)
 {
-    uint64_t end = td_now_ns() + (uint64_t)ms * 1000000;
-    while (!cond(arg) && td_now_ns() < end) {
-        uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
-    return cond(arg);
+    return loop_run_until(&loop, cond, arg, ms);
 }
 
 typedef struct want {
@@ -130,11 +125,8 @@ static void publish(int i, int tier)
 
 START_TEST(test_events_resync_restart)
 {
-    redis_port = free_port();
-    redis_start();
-    uv_loop_init(&loop);
     char addr[32];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", redis_port);
+    redis_setup(&loop, addr);
     memset(inventory, -1, sizeof(inventory));
     mirror_t wm = {0}, rm = {0}, late = {0};
     memset(rm.tier, -1, sizeof(rm.tier));
@@ -186,10 +178,7 @@ START_TEST(test_events_resync_restart)
     td_kvredis_close(worker);
     td_kvredis_close(router);
     td_kvredis_close(router2);
-    for (int i = 0; i < 500 && uv_run(&loop, UV_RUN_NOWAIT); i++)
-        usleep(1000);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    loop_finish(&loop);
     redis_stop();
 }
 END_TEST
@@ -207,11 +196,8 @@ static bool resets_above(void *a)
 
 START_TEST(test_lease_epoch)
 {
-    redis_port = free_port();
-    redis_start();
-    uv_loop_init(&loop);
     char addr[32];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", redis_port);
+    redis_setup(&loop, addr);
     memset(inventory, -1, sizeof(inventory));
     mirror_t wm = {0}, rm = {0};
     memset(rm.tier, -1, sizeof(rm.tier));
@@ -265,10 +251,7 @@ START_TEST(test_lease_epoch)
     ck_assert_uint_eq(rm.epoch, td_kvredis_epoch(worker));
     td_kvredis_close(worker);
     td_kvredis_close(router);
-    for (int i = 0; i < 500 && uv_run(&loop, UV_RUN_NOWAIT); i++)
-        usleep(1000);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    loop_finish(&loop);
     redis_stop();
 }
 END_TEST

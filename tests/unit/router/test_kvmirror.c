@@ -20,12 +20,7 @@ static uv_loop_t loop;
 
 static bool run_until(bool (*cond)(void *), void *arg, int ms)
 {
-    uint64_t end = td_now_ns() + (uint64_t)ms * 1000000;
-    while (!cond(arg) && td_now_ns() < end) {
-        uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(500);
-    }
-    return cond(arg);
+    return loop_run_until(&loop, cond, arg, ms);
 }
 
 static void router_start(td_router_t *rt, char *addr)
@@ -37,13 +32,6 @@ static void router_start(td_router_t *rt, char *addr)
     ck_assert_ptr_nonnull(rt->kvm);
 }
 
-static void loop_close(void)
-{
-    for (int i = 0; i < 500 && uv_run(&loop, UV_RUN_NOWAIT); i++)
-        usleep(1000);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
-}
 
 typedef struct probe {
     td_router_t *rt;
@@ -65,11 +53,8 @@ static void on_state(bool up, bool need_inventory, void *ud)
 
 START_TEST(test_prefix_and_rotation)
 {
-    redis_port = free_port();
-    redis_start();
-    uv_loop_init(&loop);
     char addr[32];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", redis_port);
+    redis_setup(&loop, addr);
     td_router_t rt;
     router_start(&rt, addr);
     /* a decode worker of 4-token blocks, as registry.c makes it from Hello */
@@ -116,7 +101,7 @@ START_TEST(test_prefix_and_rotation)
     free(s2.kvh);
     td_kvredis_close(pub);
     td_kvmirror_stop(&rt);
-    loop_close();
+    loop_finish(&loop);
     redis_stop();
 }
 END_TEST
@@ -167,8 +152,8 @@ START_TEST(test_rebuild_1m)
         }
     }
     redisFree(c);
-    uv_loop_init(&loop);
     char addr[32];
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", redis_port);
     td_router_t rt;
     uint64_t t0 = td_now_ns();
@@ -181,7 +166,7 @@ START_TEST(test_rebuild_1m)
     fflush(stdout);
     ck_assert_msg(ms < 30000, "rebuild took %.0f ms", ms); /* a sanity bound (sanitizers) */
     td_kvmirror_stop(&rt);
-    loop_close();
+    loop_finish(&loop);
     redis_stop();
 }
 END_TEST
