@@ -1,6 +1,7 @@
 /* td_kvredis.h: the cluster KV index in Redis, kept by workers and mirrored by routers.
  *
- * Layout (binary-safe; `ns` is the namespace, normally "tandem:<layout fingerprint hex>"):
+ * Layout (binary-safe; `ns` is the namespace: the daemons use "tandem:kv", since every block hash
+ * covers the layout fingerprint already):
  *   <ns>:holders:<worker>   a HASH: field = block hash (16 bytes), value = tier (1 byte); one
  *                           more field "epoch" holds the publisher's epoch (8 bytes, little
  *                           endian), written with every batch of adds. With a lease the key
