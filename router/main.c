@@ -49,7 +49,9 @@ static const td_opt_t opts[] = {
      0},
     {"cluster.heartbeat_timeout_s", TD_OPT_DOUBLE, O(heartbeat_timeout_s), "2",
      "a worker whose heartbeats stop this long is out of rotation", 0.05, 3600},
-    {"placement.policy", TD_OPT_STR, O(policy), "least_loaded", "round_robin, least_loaded or p2c",
+    {"placement.policy", TD_OPT_STR, O(policy), "kv_aware",
+     "kv_aware (the lowest predicted time to first token, counting the prompt's cached blocks "
+     "by the cluster KV index), round_robin, least_loaded or p2c",
      0, 0},
     {"placement.max_queued_tokens", TD_OPT_UINT, O(max_queued_tokens), "0",
      "prefill high-water mark: queued prompt tokens (0: none)", 0, 0},
@@ -59,6 +61,25 @@ static const td_opt_t opts[] = {
      "decode high-water mark: fraction of KV blocks in use (0: none)", 0, 1},
     {"placement.local_prefill_tokens", TD_OPT_UINT, O(local_prefill_tokens), "64",
      "prompts of at most this many tokens are prefilled on the decode worker", 0, 0},
+    {"placement.local_cached_share", TD_OPT_DOUBLE, O(local_cached_share), "0.8",
+     "a prompt whose cached share on a decode worker is at least this (kv.redis) is prefilled "
+     "there, however long",
+     0, 1},
+    {"placement.prefill_us_per_token", TD_OPT_DOUBLE, O(prefill_us_per_token), "50",
+     "kv_aware: prefill microseconds per uncached token until a worker's own is measured (an "
+     "EWMA of its PrefillDone compute time)",
+     0.001, 1e6},
+    {"placement.seq_cost_us", TD_OPT_DOUBLE, O(seq_cost_us), "2000",
+     "kv_aware: microseconds one running sequence adds to a decode worker's predicted time to "
+     "first token (its batch and KV pressure)",
+     0, 1e9},
+    {"placement.imbalance", TD_OPT_DOUBLE, O(imbalance), "1.5",
+     "kv_aware: a worker loaded above this many times the mean loses its cache affinity", 1,
+     1000},
+    {"kv.redis", TD_OPT_STR, O(kv_redis), "",
+     "host:port of the Redis that holds the cluster KV index (the workers' kv.redis); empty: "
+     "placement knows no caches",
+     0, 0},
     {"admission.max_waiting", TD_OPT_UINT, O(max_waiting), "256",
      "requests that may wait for a worker; beyond, 503 with Retry-After", 0, 0},
     {"admission.request_timeout_s", TD_OPT_DOUBLE, O(request_timeout_s), "600",
@@ -126,6 +147,7 @@ static void close_all(td_router_t *rt)
         td_rpc_server_close(rt->cluster);
         rt->cluster = NULL;
     }
+    td_kvmirror_stop(rt);
     uv_timer_stop(&rt->sweep_timer);
     uv_timer_stop(&rt->stop_timer);
     uv_timer_stop(&rt->defer_timer);
@@ -330,9 +352,17 @@ int main(int argc, char **argv)
     td_place_limits_t lim = {rt->cfg.max_queued_tokens, (uint32_t)rt->cfg.max_running,
                              rt->cfg.max_kv_usage};
     td_placer_init(&rt->placer, policy, &lim, td_router_random_seed() | 1);
+    td_place_kv_t kv = {.s_per_token = rt->cfg.prefill_us_per_token * 1e-6,
+                        .seq_s = rt->cfg.seq_cost_us * 1e-6,
+                        .imbalance = rt->cfg.imbalance};
+    td_placer_set_kv(&rt->placer, &kv);
     rt->loop = uv_default_loop();
     if (setup_metrics(rt) || td_reqs_init(rt)) {
         fprintf(stderr, "tandem-router: out of memory\n");
+        goto out_model;
+    }
+    if (td_kvmirror_start(rt)) {
+        fprintf(stderr, "tandem-router: %s\n", td_err_msg());
         goto out_model;
     }
     uv_timer_init(rt->loop, &rt->sweep_timer);

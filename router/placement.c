@@ -1,6 +1,8 @@
-/* placement.c: round robin, least loaded and power-of-two-choices over heartbeat load. */
+/* placement.c: round robin, least loaded, power-of-two-choices and kv_aware (predicted time to
+ * first token, cache affinity with an imbalance guard) over heartbeat load. */
 #include "placement.h"
 #include "td_error.h"
+#include "td_util.h"
 
 #include <string.h>
 
@@ -12,9 +14,13 @@ int td_place_policy_parse(const char *s, td_place_policy_t *out)
         *out = TD_PLACE_LEAST_LOADED;
     else if (strcmp(s, "p2c") == 0 || strcmp(s, "power_of_two") == 0)
         *out = TD_PLACE_P2C;
+    else if (strcmp(s, "kv_aware") == 0)
+        *out = TD_PLACE_KV_AWARE;
     else
         return td_err_set(TD_EINVAL,
-                          "unknown placement policy \"%s\" (round_robin, least_loaded, p2c)", s);
+                          "unknown placement policy \"%s\" (kv_aware, round_robin, least_loaded, "
+                          "p2c)",
+                          s);
     return 0;
 }
 
@@ -23,6 +29,7 @@ const char *td_place_policy_name(td_place_policy_t p)
     switch (p) {
     case TD_PLACE_ROUND_ROBIN: return "round_robin";
     case TD_PLACE_LEAST_LOADED: return "least_loaded";
+    case TD_PLACE_KV_AWARE: return "kv_aware";
     default: return "p2c";
     }
 }
@@ -35,6 +42,18 @@ void td_placer_init(td_placer_t *p, td_place_policy_t policy, const td_place_lim
     if (limits)
         p->limits = *limits;
     p->rng = seed ? seed : 0x9E3779B97F4A7C15ull;
+    p->kv = (td_place_kv_t){.s_per_token = 50e-6, .seq_s = 2e-3, .imbalance = 1.5};
+}
+
+void td_placer_set_kv(td_placer_t *p, const td_place_kv_t *kv)
+{
+    p->kv = *kv;
+    if (!(p->kv.s_per_token > 0))
+        p->kv.s_per_token = 50e-6;
+    if (p->kv.seq_s < 0)
+        p->kv.seq_s = 0;
+    if (p->kv.imbalance < 1)
+        p->kv.imbalance = 1;
 }
 
 void td_place_heartbeat(td_place_load_t *l, uint64_t queued_prefill_tokens, uint32_t running,
@@ -50,6 +69,19 @@ void td_place_heartbeat(td_place_load_t *l, uint64_t queued_prefill_tokens, uint
     l->pending_blocks = 0;
 }
 
+void td_place_prefill_done(td_place_load_t *l, uint64_t tokens, bool since_hb)
+{
+    uint64_t *q = since_hb ? &l->pending_tokens : &l->queued_prefill_tokens;
+    *q -= TD_MIN(*q, tokens);
+}
+
+void td_place_seq_done(td_place_load_t *l, bool since_hb)
+{
+    uint32_t *n = since_hb ? &l->pending_seqs : &l->running;
+    if (*n > 0)
+        (*n)--;
+}
+
 static uint64_t next_rand(td_placer_t *p)
 {
     uint64_t x = p->rng; /* xorshift64* */
@@ -61,6 +93,15 @@ static uint64_t next_rand(td_placer_t *p)
 }
 
 typedef enum { PREFILL, DECODE } kind_t;
+
+/* One choice: what the worker must have room for (`need`: prefill tokens or decode blocks) and,
+ * for kv_aware, the prompt's length and the remote prefill estimate (decode). */
+typedef struct req {
+    kind_t k;
+    uint64_t need;
+    uint64_t tokens;
+    double remote_s;
+} req_t;
 
 static bool eligible(const td_placer_t *p, const td_place_load_t *l, kind_t k, uint64_t need)
 {
@@ -96,8 +137,66 @@ static double score(const td_place_load_t *l, kind_t k)
     return (double)(l->running + l->pending_seqs) + usage;
 }
 
-static int pick(td_placer_t *p, td_place_load_t *loads, size_t n, kind_t k, uint64_t need)
+/* ---- kv_aware ---- */
+
+static double cost_per_token(const td_placer_t *p, const td_place_load_t *l)
 {
+    return l->s_per_token > 0 ? l->s_per_token : p->kv.s_per_token;
+}
+
+/* What the worker has to do before this request's prefill could start, in seconds. */
+static double kv_load(const td_placer_t *p, const td_place_load_t *l, kind_t k)
+{
+    double t = (double)(l->queued_prefill_tokens + l->pending_tokens) * cost_per_token(p, l);
+    return k == PREFILL ? t : t + score(l, DECODE) * p->kv.seq_s;
+}
+
+/* The request's own prefill on this worker, in seconds; a `hot` worker gets no cache credit. */
+static double kv_own(const td_placer_t *p, const td_place_load_t *l, const req_t *rq, bool hot)
+{
+    if (rq->k == DECODE && !l->local)
+        return rq->remote_s;
+    uint64_t cached = hot ? 0 : TD_MIN(l->cached_tokens, rq->tokens);
+    return (double)(rq->tokens - cached) * cost_per_token(p, l);
+}
+
+static int pick_kv(td_placer_t *p, td_place_load_t *loads, size_t n, const req_t *rq, size_t n_ok)
+{
+    kind_t k = rq->k;
+    double mean = 0;
+    for (size_t i = 0; i < n; i++)
+        if (eligible(p, &loads[i], k, rq->need))
+            mean += kv_load(p, &loads[i], k);
+    mean /= (double)n_ok;
+    double bar = p->kv.imbalance * mean + p->kv.seq_s;
+    int best = -1;
+    double best_s = 0;
+    /* the scan rotates as least_loaded's does, so equal predictions take turns */
+    for (size_t step = 0; step < n; step++) {
+        size_t i = (size_t)((p->rr_next[k] + step) % n);
+        if (!eligible(p, &loads[i], k, rq->need))
+            continue;
+        double load = kv_load(p, &loads[i], k);
+        double t = load + kv_own(p, &loads[i], rq, load > bar);
+        if (best < 0 || t < best_s) {
+            best = (int)i;
+            best_s = t;
+        }
+    }
+    p->rr_next[k] = (uint64_t)best + 1;
+    return best;
+}
+
+double td_place_prefill_ttft(const td_placer_t *p, const td_place_load_t *l, uint64_t tokens)
+{
+    req_t rq = {PREFILL, tokens, tokens, 0};
+    return kv_load(p, l, PREFILL) + kv_own(p, l, &rq, false);
+}
+
+static int pick(td_placer_t *p, td_place_load_t *loads, size_t n, const req_t *rq)
+{
+    kind_t k = rq->k;
+    uint64_t need = rq->need;
     size_t n_ok = 0;
     for (size_t i = 0; i < n; i++)
         n_ok += eligible(p, &loads[i], k, need);
@@ -146,24 +245,37 @@ static int pick(td_placer_t *p, td_place_load_t *loads, size_t n, kind_t k, uint
         best = score(&loads[ib], k) < score(&loads[ia], k) ? ib : ia;
         break;
     }
+    case TD_PLACE_KV_AWARE:
+        best = pick_kv(p, loads, n, rq, n_ok);
+        break;
     }
     return best;
 }
 
 int td_place_prefill(td_placer_t *p, td_place_load_t *loads, size_t n, uint64_t tokens)
 {
-    int i = pick(p, loads, n, PREFILL, tokens);
+    req_t rq = {PREFILL, tokens, tokens, 0};
+    int i = pick(p, loads, n, &rq);
     if (i >= 0)
-        loads[i].pending_tokens += tokens;
+        loads[i].pending_tokens += tokens - TD_MIN(loads[i].cached_tokens, tokens);
+    return i;
+}
+
+int td_place_decode_prompt(td_placer_t *p, td_place_load_t *loads, size_t n, uint32_t blocks,
+                           uint64_t tokens, double remote_s)
+{
+    req_t rq = {DECODE, blocks, tokens, remote_s};
+    int i = pick(p, loads, n, &rq);
+    if (i >= 0) {
+        loads[i].pending_seqs++;
+        loads[i].pending_blocks += blocks;
+        if (loads[i].local)
+            loads[i].pending_tokens += tokens - TD_MIN(loads[i].cached_tokens, tokens);
+    }
     return i;
 }
 
 int td_place_decode(td_placer_t *p, td_place_load_t *loads, size_t n, uint32_t blocks)
 {
-    int i = pick(p, loads, n, DECODE, blocks);
-    if (i >= 0) {
-        loads[i].pending_seqs++;
-        loads[i].pending_blocks += blocks;
-    }
-    return i;
+    return td_place_decode_prompt(p, loads, n, blocks, 0, 0);
 }

@@ -70,6 +70,7 @@ static void worker_remove(td_router_t *rt, td_worker_t *w, const char *why)
     if (w->m_up)
         td_metric_set(w->m_up, 0);
     registry_del(rt, w);
+    td_kvmirror_worker_gone(rt, w);
     td_rpc_conn_t *c = w->conn;
     if (c) {
         td_cluster_conn_t *cc = td_rpc_conn_get_data(c);
@@ -211,6 +212,7 @@ static void on_hello(td_router_t *rt, td_cluster_conn_t *cc, const Tandem__Hello
     }
     rt->workers[rt->n_workers++] = w;
     cc->worker = w;
+    td_kvmirror_worker_up(rt, w);
     worker_metrics(rt, w);
     if (w->m_up)
         td_metric_set(w->m_up, 1);
@@ -228,6 +230,7 @@ oom:
 static void on_heartbeat(td_router_t *rt, td_worker_t *w, const Tandem__Heartbeat *hb)
 {
     w->last_hb = td_now_s();
+    w->n_hb++;
     if (!hb->load)
         return;
     const Tandem__Load *l = hb->load;

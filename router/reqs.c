@@ -77,6 +77,8 @@ void td__reqs_detach(td_router_t *rt, td_seq_t *s, bool cancel)
             if (s->pw && !s->got_prefill_done)
                 td__reqs_send_cancel(s->pw, s->id);
         }
+        if (s->state == TD_SEQ_RUNNING && s->dw)
+            td_place_seq_done(&s->dw->load, s->dw_hb == s->dw->n_hb);
         TD_ASSERT(rt->n_running > 0);
         rt->n_running--;
         td_metric_set(rt->m_running_g, (double)rt->n_running);

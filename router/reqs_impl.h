@@ -54,7 +54,7 @@ int td__reqs_add_tried(td_seq_t *s, const td_worker_t *w);
 /* Choose a worker of `role` for s among those the placement policy allows (decode: not yet
  * tried by s; prefill: same layout fingerprint as `pair`), `amount` KV blocks (decode) or prompt
  * tokens (prefill). The chosen worker's pending load grows. NULL when none is eligible. */
-td_worker_t *td__reqs_choose(td_router_t *rt, int role, const td_seq_t *s, const td_worker_t *pair,
+td_worker_t *td__reqs_choose(td_router_t *rt, int role, td_seq_t *s, const td_worker_t *pair,
                              uint64_t amount);
 /* Try to place s on a decode worker: 0 (DecodeTask sent, TD_SEQ_ACCEPTING), TD_ENOSPC when no
  * decode worker can take it now, TD_ERANGE (td_err_msg says why) when none ever could, or

@@ -46,6 +46,7 @@ int td_job_set_prompt(td_job_t *j, int idx, const int32_t *ids, size_t n, uint64
         return TD_ENOMEM;
     memcpy(s->prompt, ids, n * sizeof(*ids));
     s->n_prompt = n;
+    s->kvh_bt = 0; /* its block hashes, if any, were of another prompt */
     s->seed = seed;
     s->prompt_tokens = (uint32_t)n;
     return 0;
@@ -165,6 +166,7 @@ void td_job_free(td_job_t *j)
     for (size_t i = 0; i < j->n_seqs; i++) {
         free(j->seqs[i].prompt);
         free(j->seqs[i].tried);
+        free(j->seqs[i].kvh);
         td_buf_free(&j->seqs[i].text);
     }
     free(j->seqs);

@@ -1,6 +1,7 @@
 /* reqs_place.c: placing sequences: choosing a decode worker (and, once it accepts, a prefill
- * worker of the same KV layout) through the placement policy, and the FIFO of sequences waiting
- * for a decode worker with room. */
+ * worker of the same KV layout) through the placement policy, with what each candidate holds of
+ * the prompt by the cluster KV index (kvmirror.c), and the FIFO of sequences waiting for a decode
+ * worker with room. */
 #include "reqs_impl.h"
 
 #include "td_error.h"
@@ -93,9 +94,49 @@ static bool live(const td_worker_t *w)
     return w->conn && w->load.alive && !w->load.draining;
 }
 
-td_worker_t *td__reqs_choose(td_router_t *rt, int role, const td_seq_t *s, const td_worker_t *pair,
+/* Whether a live prefill worker shares decode worker `pair`'s layout (else prefill locally). */
+static bool any_prefill(const td_router_t *rt, const td_worker_t *pair)
+{
+    for (size_t i = 0; i < rt->n_workers; i++) {
+        const td_worker_t *w = rt->workers[i];
+        if (w->role == TANDEM__ROLE__ROLE_PREFILL && live(w) && fp_equal(w, pair))
+            return true;
+    }
+    return false;
+}
+
+/* Whether decode worker d prefills s itself: a short prompt, no prefill worker of its layout, or
+ * a prompt it mostly holds (`cached` tokens of it) in its prefix cache. */
+static bool local_on(const td_router_t *rt, const td_seq_t *s, const td_worker_t *d,
+                     uint64_t cached)
+{
+    return s->n_prompt <= rt->cfg.local_prefill_tokens || !any_prefill(rt, d) ||
+           (cached > 0 && (double)cached >= rt->cfg.local_cached_share * (double)s->n_prompt);
+}
+
+/* kv_aware: the predicted time to first token of s on the best live prefill worker (what a decode
+ * worker that does not prefill s itself waits for). */
+static double remote_prefill_s(td_router_t *rt, td_seq_t *s)
+{
+    double best = -1;
+    for (size_t i = 0; i < rt->n_workers; i++) {
+        td_worker_t *w = rt->workers[i];
+        if (w->role != TANDEM__ROLE__ROLE_PREFILL || !live(w))
+            continue;
+        td_place_load_t l = w->load;
+        l.cached_tokens = td_kvmirror_cached(rt, s, w);
+        l.s_per_token = w->s_per_token;
+        double t = td_place_prefill_ttft(&rt->placer, &l, s->n_prompt);
+        if (best < 0 || t < best)
+            best = t;
+    }
+    return best < 0 ? 0 : best;
+}
+
+td_worker_t *td__reqs_choose(td_router_t *rt, int role, td_seq_t *s, const td_worker_t *pair,
                              uint64_t amount)
 {
+    bool kv = rt->placer.policy == TD_PLACE_KV_AWARE;
     size_t n = 0;
     td_worker_t **cand = td_calloc(rt->n_workers ? rt->n_workers : 1, sizeof(*cand));
     td_place_load_t *loads = td_calloc(rt->n_workers ? rt->n_workers : 1, sizeof(*loads));
@@ -112,32 +153,34 @@ td_worker_t *td__reqs_choose(td_router_t *rt, int role, const td_seq_t *s, const
             continue;
         cand[n] = w;
         loads[n] = w->load;
+        if (kv) {
+            loads[n].cached_tokens = td_kvmirror_cached(rt, s, w);
+            loads[n].s_per_token = w->s_per_token;
+            if (role == TANDEM__ROLE__ROLE_DECODE)
+                loads[n].local = local_on(rt, s, w, loads[n].cached_tokens);
+        }
         n++;
     }
     if (!n)
         goto out;
     int k = role == TANDEM__ROLE__ROLE_DECODE
-                ? td_place_decode(&rt->placer, loads, n, (uint32_t)amount)
+                ? td_place_decode_prompt(&rt->placer, loads, n, (uint32_t)amount, s->n_prompt,
+                                         kv ? remote_prefill_s(rt, s) : 0)
                 : td_place_prefill(&rt->placer, loads, n, amount);
     if (k >= 0) {
         out = cand[k];
         out->load = loads[k];
+        if (role == TANDEM__ROLE__ROLE_PREFILL) {
+            s->prefill_cached = loads[k].cached_tokens;
+            s->pw_hb = out->n_hb;
+        } else {
+            s->dw_hb = out->n_hb;
+        }
     }
 out:
     free(cand);
     free(loads);
     return out;
-}
-
-/* Whether a live prefill worker shares decode worker `pair`'s layout (else prefill locally). */
-static bool any_prefill(const td_router_t *rt, const td_worker_t *pair)
-{
-    for (size_t i = 0; i < rt->n_workers; i++) {
-        const td_worker_t *w = rt->workers[i];
-        if (w->role == TANDEM__ROLE__ROLE_PREFILL && live(w) && fp_equal(w, pair))
-            return true;
-    }
-    return false;
 }
 
 /* KV blocks of w that s needs at most: prompt plus max_tokens. */
@@ -181,7 +224,8 @@ int td__reqs_place(td_router_t *rt, td_seq_t *s)
         s->dw = d;
         s->pw = NULL;
         s->got_prefill_done = false;
-        s->local = s->n_prompt <= rt->cfg.local_prefill_tokens || !any_prefill(rt, d);
+        s->local_cached = td_kvmirror_cached(rt, s, d);
+        s->local = local_on(rt, s, d, s->local_cached);
         Tandem__Sampling sp;
         td_msg_sampling_to_proto(&s->job->sp, s->seed, &sp);
         Tandem__DecodeTask t = TANDEM__DECODE_TASK__INIT;

@@ -65,6 +65,10 @@ bool td__reqs_token(td_router_t *rt, td_seq_t *s, int32_t id, const Tandem__Toke
     double now = td_now_s();
     if (s->n_tokens == 0) {
         s->t_first = now;
+        if (s->local && s->dw)
+            td_place_prefill_done(&s->dw->load,
+                                  s->n_prompt - TD_MIN(s->local_cached, (uint64_t)s->n_prompt),
+                                  s->dw_hb == s->dw->n_hb);
         td_metric_observe(rt->m_ttft, now - j->t_arrival);
     } else {
         td_metric_observe(rt->m_itl, now - s->t_last);

@@ -133,8 +133,16 @@ static void on_prefill_done(td_router_t *rt, td_worker_t *w, const Tandem__Prefi
         return;
     s->got_prefill_done = true;
     s->pw = NULL;
-    if (d->status >= 0)
+    if (d->status >= 0) {
+        /* kv_aware's cost model: seconds per computed token, an EWMA per worker */
+        uint64_t computed = s->n_prompt - TD_MIN(s->prefill_cached, (uint64_t)s->n_prompt);
+        td_place_prefill_done(&w->load, computed, s->pw_hb == w->n_hb);
+        if (d->compute_seconds > 0 && computed > 0) {
+            double x = d->compute_seconds / (double)computed;
+            w->s_per_token = w->s_per_token > 0 ? 0.8 * w->s_per_token + 0.2 * x : x;
+        }
         return;
+    }
     char msg[600];
     snprintf(msg, sizeof(msg), "prefill worker %s failed: %s", w->id,
              d->message && *d->message ? d->message : td_strerror(d->status));

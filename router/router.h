@@ -22,6 +22,7 @@
 #include "td_chat.h"
 #include "td_daemon.h"
 #include "td_http.h"
+#include "td_kvhash.h"
 #include "td_metrics.h"
 #include "td_rpc.h"
 #include "td_sampler.h"
@@ -52,6 +53,12 @@ typedef struct td_router_cfg {
     uint64_t max_running;
     double max_kv_usage;
     uint64_t local_prefill_tokens; /* prompts up to this many tokens are prefilled on decode */
+    double local_cached_share;     /* a prompt a decode worker holds this share of is prefilled
+                                      there, however long (kv index) */
+    double prefill_us_per_token;   /* kv_aware: prefill cost before a worker's is measured */
+    double seq_cost_us;            /* kv_aware: what one running sequence adds to a local prefill */
+    double imbalance;              /* kv_aware: the guard's threshold (x the mean load) */
+    char *kv_redis;                /* "host:port" of the cluster KV index; empty: none */
     uint64_t max_waiting;          /* sequences that may wait for a worker; beyond: 503 */
     double request_timeout_s;      /* per-request deadline (0: none) */
     double shutdown_timeout_s;     /* in-flight requests get this long after SIGTERM */
@@ -87,6 +94,9 @@ struct td_worker {
     uint32_t hb_running, hb_waiting, hb_free, hb_total;
     double last_hb;    /* td_now_s() of the last Hello or heartbeat */
     uint64_t assigned; /* sequences this router placed on it */
+    uint32_t holder;   /* its number in the KV index mirror (kvmirror.c) */
+    double s_per_token; /* prefill seconds per computed token, EWMA of PrefillDone (0: none yet) */
+    uint64_t n_hb;      /* heartbeats received (which of them a placement came after) */
     td_metric_t *m_up, *m_kv, *m_running, *m_waiting;
 };
 
@@ -122,6 +132,7 @@ struct td_router {
     size_t n_workers, cap_workers;
     uint64_t next_serial;
     td_placer_t placer;
+    struct td_kvmirror *kvm; /* the cluster KV index mirror (kvmirror.c), NULL when off */
     /* requests */
     uint64_t next_id;   /* next router-unique sequence id */
     td_seq_t **buckets; /* [n_buckets] hash chains by sequence id */
@@ -198,6 +209,13 @@ struct td_seq {
     size_t sent;    /* bytes of text already handed to the front end */
     size_t scanned; /* bytes of text already searched for stop strings */
     uint32_t prompt_tokens, cached_tokens, completion_tokens; /* usage (worker's last chunk) */
+    td_kvhash_t *kvh;  /* [n_kvh] the prompt's block hashes (kvmirror.c), for layout kvh_fp */
+    size_t n_kvh;
+    uint8_t kvh_fp[16];
+    uint32_t kvh_bt;          /* tokens per block they were computed for; 0: none yet */
+    uint64_t prefill_cached;  /* what the index said the prefill worker holds (its cost EWMA) */
+    uint64_t local_cached;    /* local prefill: what the index said the decode worker holds */
+    uint64_t dw_hb, pw_hb;    /* the workers' n_hb when s was placed on them */
     td_resp_finish_t finish;
     double t_placed, t_first, t_last; /* td_now_s() stamps */
 };
@@ -273,6 +291,21 @@ td_worker_t *td_registry_find(td_router_t *rt, const char *id);
 int td_registry_drain(td_router_t *rt, const char *id, bool on);
 /* Whether a decode worker is registered and not draining. */
 bool td_registry_has_decode(const td_router_t *rt);
+
+/* ---- kvmirror.c: the cluster KV index mirror ------------------------------------------------ */
+
+/* When kv.redis is set: subscribe to the cluster KV index (td_kvredis.h) and mirror it into a
+ * td_kvindex, rebuilt from Redis at start and on every reconnect. 0 or TD_EINVAL / TD_ENOMEM. */
+int td_kvmirror_start(td_router_t *rt);
+void td_kvmirror_stop(td_router_t *rt);
+/* w registered: give it its holder number and read its set again (it may have left before). */
+void td_kvmirror_worker_up(td_router_t *rt, td_worker_t *w);
+/* w is out of rotation: its entries leave the mirror at once. */
+void td_kvmirror_worker_gone(td_router_t *rt, td_worker_t *w);
+/* Prompt tokens of s that worker w holds in its prefix cache, by the mirror (0 when off). */
+uint64_t td_kvmirror_cached(td_router_t *rt, td_seq_t *s, const td_worker_t *w);
+/* Blocks in the mirror, and resyncs completed (status, tests). */
+size_t td_kvmirror_blocks(const td_router_t *rt);
 
 /* ---- front ends ---------------------------------------------------------------------------- */
 

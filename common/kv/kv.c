@@ -171,6 +171,8 @@ int td_kv_block_alloc(td_kv_pool_t *p, int32_t *id)
         lru_remove(p, *id);
         unpublish(p, *id);
         p->evictions++;
+        if (p->on_cache)
+            p->on_cache(p->on_cache_ud, *id, &p->hash[*id], false);
     } else {
         return td_err_set(TD_ENOSPC, "kv pool: all %d blocks in use", p->n_blocks);
     }
@@ -219,6 +221,8 @@ bool td_kv_block_publish(td_kv_pool_t *p, int32_t id, const td_kvhash_t *h)
     p->hnext[id] = p->buckets[b];
     p->buckets[b] = id;
     p->n_cached++;
+    if (p->on_cache)
+        p->on_cache(p->on_cache_ud, id, h, true);
     return true;
 }
 

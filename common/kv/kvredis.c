@@ -10,17 +10,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #define BACKOFF_MIN_MS 100u
 #define BACKOFF_MAX_MS 5000u
+/* hiredis' libuv adapter (0.14) drops a poll error, so a refused connect is never reported:
+ * an attempt that has not connected by then is abandoned and retried */
+#define CONNECT_TIMEOUT_MS 1000u
 #define REC 18u /* op, tier, hash */
+#define EPOCH_FIELD "epoch"
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
 
 typedef struct conn {
     td_kvredis_t *owner;
     redisAsyncContext *ac; /* NULL while down */
     bool up;               /* connected (and, for the subscriber, subscribed) */
     bool is_sub;
-    uv_timer_t retry;
+    uv_timer_t retry; /* the next attempt; while connecting, the attempt's deadline */
     uint64_t backoff_ms;
 } conn_t;
 
@@ -36,6 +56,7 @@ struct td_kvredis {
     conn_t sub;           /* subscription (subscribers only) */
     uv_timer_t flush;     /* publisher batch window; also runs deferred teardown */
     td_buf_t queue;       /* publisher: REC-byte records not yet sent */
+    uint8_t epoch[8];     /* publisher: its epoch, little endian */
     bool closing;
     int open_handles;
     /* resync in progress */
@@ -69,6 +90,30 @@ static void on_reply_checked(redisAsyncContext *ac, void *reply, void *priv)
         td_logf(TD_LOG_WARN, NULL, "redis: %s: %s", (const char *)priv, r->str);
 }
 
+/* The message header every PUBLISH starts with: worker id, NUL, epoch. 0 or TD_ENOMEM. */
+static int msg_header(const td_kvredis_t *r, td_buf_t *msg)
+{
+    int rc = td_buf_append(msg, r->worker_id, strlen(r->worker_id) + 1);
+    return rc ? rc : td_buf_append(msg, r->epoch, sizeof(r->epoch));
+}
+
+void td_kvredis_renew(td_kvredis_t *r)
+{
+    TD_ASSERT(r->worker_id);
+    if (!r->cmd.up || !r->o.lease_ms)
+        return;
+    char ms[24];
+    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)r->o.lease_ms);
+    const char *argv[] = {"PEXPIRE", r->set_key, ms};
+    size_t lens[] = {7, strlen(r->set_key), strlen(ms)};
+    redisAsyncCommandArgv(r->cmd.ac, on_reply_checked, (void *)"PEXPIRE", 3, argv, lens);
+}
+
+uint64_t td_kvredis_epoch(const td_kvredis_t *r)
+{
+    return get_le64(r->epoch);
+}
+
 /* Send the queued records: HSET hash->tier for adds, HDEL for removes (in order, as runs of one
  * op), then one PUBLISH of them all. */
 static void flush_queue(td_kvredis_t *r)
@@ -77,8 +122,8 @@ static void flush_queue(td_kvredis_t *r)
         return;
     const uint8_t *q = (const uint8_t *)r->queue.data;
     size_t n = r->queue.len / REC;
-    const char **argv = malloc((2 * n + 2) * sizeof(char *));
-    size_t *lens = malloc((2 * n + 2) * sizeof(size_t));
+    const char **argv = malloc((2 * n + 4) * sizeof(char *));
+    size_t *lens = malloc((2 * n + 4) * sizeof(size_t));
     if (!argv || !lens)
         goto out;
     for (size_t i = 0; i < n;) {
@@ -88,6 +133,12 @@ static void flush_queue(td_kvredis_t *r)
         lens[0] = 4;
         argv[1] = r->set_key;
         lens[1] = strlen(r->set_key);
+        if (op == TD_KVREDIS_ADD) {
+            /* the epoch goes with every add, so the key never exists without it (and a resync
+             * that reads the key after an inventory's DEL sees the adds too, or nothing) */
+            argv[argc] = EPOCH_FIELD, lens[argc++] = strlen(EPOCH_FIELD);
+            argv[argc] = (const char *)r->epoch, lens[argc++] = sizeof(r->epoch);
+        }
         for (; j < n && q[j * REC] == op; j++) {
             argv[argc] = (const char *)q + j * REC + 2; /* field: the block hash */
             lens[argc++] = 16;
@@ -100,11 +151,10 @@ static void flush_queue(td_kvredis_t *r)
                               lens);
         i = j;
     }
-    /* PUBLISH <channel> <worker>\0<records> */
+    /* PUBLISH <channel> <worker>\0<epoch><records> */
     td_buf_t msg;
     td_buf_init(&msg);
-    if (td_buf_append(&msg, r->worker_id, strlen(r->worker_id) + 1) == 0 &&
-        td_buf_append(&msg, r->queue.data, r->queue.len) == 0) {
+    if (msg_header(r, &msg) == 0 && td_buf_append(&msg, r->queue.data, r->queue.len) == 0) {
         argv[0] = "PUBLISH", lens[0] = 7;
         argv[1] = r->channel, lens[1] = strlen(r->channel);
         argv[2] = msg.data, lens[2] = msg.len;
@@ -112,6 +162,7 @@ static void flush_queue(td_kvredis_t *r)
     }
     td_buf_free(&msg);
     td_buf_reset(&r->queue);
+    td_kvredis_renew(r); /* an HSET may have created the key again, without its expiry */
 out:
     free(argv);
     free(lens);
@@ -148,7 +199,7 @@ int td_kvredis_publish_inventory(td_kvredis_t *r, const uint8_t *tiers, const td
     uint8_t reset[REC] = {TD_KVREDIS_RESET};
     td_buf_t msg;
     td_buf_init(&msg);
-    int rc = td_buf_append(&msg, r->worker_id, strlen(r->worker_id) + 1);
+    int rc = msg_header(r, &msg);
     if (!rc)
         rc = td_buf_append(&msg, reset, REC);
     if (!rc) {
@@ -164,8 +215,11 @@ int td_kvredis_publish_inventory(td_kvredis_t *r, const uint8_t *tiers, const td
 
 /* ---- subscriber --------------------------------------------------------------------------- */
 
-static void deliver(td_kvredis_t *r, const char *worker, const uint8_t *recs, size_t n_recs)
+static void deliver(td_kvredis_t *r, const char *worker, uint64_t epoch, const uint8_t *recs,
+                    size_t n_recs)
 {
+    if (r->closing)
+        return; /* td_kvredis_close: the owner hears nothing more */
     td_kvredis_event_t ev[64];
     size_t k = 0;
     for (size_t i = 0; i < n_recs; i++) {
@@ -175,6 +229,7 @@ static void deliver(td_kvredis_t *r, const char *worker, const uint8_t *recs, si
         e->tier = p[1];
         memcpy(e->hash.b, p + 2, 16);
         e->worker = worker;
+        e->epoch = epoch;
         if (e->op < TD_KVREDIS_ADD || e->op > TD_KVREDIS_RESET)
             k--; /* a record from a newer version: skip it */
         if (k == TD_ARRAY_LEN(ev) || i + 1 == n_recs) {
@@ -211,7 +266,11 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
     if (!nul)
         return;
     size_t off = (size_t)(nul - p) + 1;
-    deliver(r, p, (const uint8_t *)p + off, (len - off) / REC);
+    if (len - off < 8)
+        return; /* no epoch: a message of an older version */
+    uint64_t epoch = get_le64((const uint8_t *)p + off);
+    off += 8;
+    deliver(r, p, epoch, (const uint8_t *)p + off, (len - off) / REC);
 }
 
 static void resync_maybe_done(td_kvredis_t *r)
@@ -222,13 +281,39 @@ static void resync_maybe_done(td_kvredis_t *r)
     }
 }
 
+/* One HGETALL of a resync: the worker whose set it reads, and whether a full resync counts it. */
+typedef struct read_ctx {
+    bool counted;
+    char worker[];
+} read_ctx_t;
+
+static read_ctx_t *read_ctx_new(const char *worker, size_t len, bool counted)
+{
+    read_ctx_t *x = malloc(sizeof(*x) + len + 1);
+    if (!x)
+        return NULL;
+    x->counted = counted;
+    memcpy(x->worker, worker, len);
+    x->worker[len] = '\0';
+    return x;
+}
+
 static void on_members(redisAsyncContext *ac, void *reply, void *priv)
 {
-    char *worker = priv;
+    read_ctx_t *x = priv;
+    const char *worker = x->worker;
     td_kvredis_t *r = ac->data ? ((conn_t *)ac->data)->owner : NULL;
     redisReply *m = reply;
-    if (r && m && m->type == REDIS_REPLY_ARRAY) {
-        td_kvredis_event_t reset = {TD_KVREDIS_RESET, 0, {{0}}, worker};
+    if (r && !r->closing && m && m->type == REDIS_REPLY_ARRAY) {
+        uint64_t epoch = 0;
+        for (size_t i = 0; i + 1 < m->elements; i += 2) {
+            redisReply *f = m->element[i], *v = m->element[i + 1];
+            if (f->type == REDIS_REPLY_STRING && f->len == strlen(EPOCH_FIELD) &&
+                memcmp(f->str, EPOCH_FIELD, f->len) == 0 && v->type == REDIS_REPLY_STRING &&
+                v->len == 8)
+                epoch = get_le64((const uint8_t *)v->str);
+        }
+        td_kvredis_event_t reset = {TD_KVREDIS_RESET, 0, {{0}}, worker, epoch};
         if (r->o.on_events)
             r->o.on_events(&reset, 1, r->o.ud);
         /* HGETALL: field (16-byte hash), value (1-byte tier), ... as ADD records */
@@ -244,11 +329,12 @@ static void on_members(redisAsyncContext *ac, void *reply, void *priv)
             if (td_buf_append(&recs, rec, REC))
                 break;
         }
-        deliver(r, worker, (const uint8_t *)recs.data, recs.len / REC);
+        deliver(r, worker, epoch, (const uint8_t *)recs.data, recs.len / REC);
         td_buf_free(&recs);
     }
-    free(worker);
-    if (r) {
+    bool counted = x->counted;
+    free(x);
+    if (r && counted) {
         r->reads_pending--;
         resync_maybe_done(r);
     }
@@ -269,15 +355,15 @@ static void on_scan(redisAsyncContext *ac, void *reply, void *priv)
         redisReply *k = keys->element[i];
         if (k->type != REDIS_REPLY_STRING || k->len <= prefix)
             continue;
-        char *worker = td_strndup(k->str + prefix, k->len - prefix);
-        if (!worker)
+        read_ctx_t *x = read_ctx_new(k->str + prefix, k->len - prefix, true);
+        if (!x)
             continue;
         const char *argv[] = {"HGETALL", k->str};
         size_t lens[] = {7, k->len};
-        if (redisAsyncCommandArgv(ac, on_members, worker, 2, argv, lens) == REDIS_OK)
+        if (redisAsyncCommandArgv(ac, on_members, x, 2, argv, lens) == REDIS_OK)
             r->reads_pending++;
         else
-            free(worker);
+            free(x);
     }
     const char *cursor = m->element[0]->str;
     if (strcmp(cursor, "0") != 0) {
@@ -301,6 +387,27 @@ int td_kvredis_resync(td_kvredis_t *r)
     r->scans_pending = 1;
     r->reads_pending = 0;
     return 0;
+}
+
+int td_kvredis_resync_worker(td_kvredis_t *r, const char *worker)
+{
+    if (!r->cmd.up)
+        return TD_EAGAIN;
+    read_ctx_t *x = read_ctx_new(worker, strlen(worker), false);
+    td_buf_t key;
+    td_buf_init(&key);
+    if (!x || td_buf_printf(&key, "%s:holders:%s", r->ns, worker)) {
+        free(x);
+        td_buf_free(&key);
+        return TD_ENOMEM;
+    }
+    const char *argv[] = {"HGETALL", key.data};
+    size_t lens[] = {7, key.len};
+    int rc = redisAsyncCommandArgv(r->cmd.ac, on_members, x, 2, argv, lens) == REDIS_OK ? 0 : TD_EIO;
+    if (rc)
+        free(x);
+    td_buf_free(&key);
+    return rc;
 }
 
 uint64_t td_kvredis_resyncs(const td_kvredis_t *r)
@@ -333,6 +440,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
     if (!c)
         return; /* torn down by td_kvredis_close */
     td_kvredis_t *r = c->owner;
+    uv_timer_stop(&c->retry); /* the deadline */
     if (status != REDIS_OK) {
         conn_down(c, ac->errstr);
         return;
@@ -361,6 +469,18 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     conn_down(c, status == REDIS_OK ? "closed" : ac->errstr);
 }
 
+static void on_connect_timeout(uv_timer_t *t)
+{
+    conn_t *c = t->data;
+    redisAsyncContext *ac = c->ac;
+    if (!ac || c->up || c->owner->closing)
+        return;
+    ac->data = NULL; /* our callbacks ignore it from now on */
+    c->ac = NULL;
+    redisAsyncFree(ac);
+    schedule_retry(c);
+}
+
 static void conn_connect(conn_t *c)
 {
     td_kvredis_t *r = c->owner;
@@ -378,6 +498,7 @@ static void conn_connect(conn_t *c)
     redisLibuvAttach(ac, r->loop);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    uv_timer_start(&c->retry, on_connect_timeout, CONNECT_TIMEOUT_MS, 0);
 }
 
 static void on_flush_timer(uv_timer_t *t)
@@ -419,6 +540,12 @@ td_kvredis_t *td_kvredis_new(uv_loop_t *loop, const td_kvredis_opts_t *opts)
     if (r->worker_id) {
         td_buf_printf(&b, "%s:holders:%s", opts->ns, opts->worker_id);
         r->set_key = td_buf_steal(&b, NULL);
+        uint64_t epoch = opts->epoch;
+        if (!epoch && getrandom(&epoch, sizeof(epoch), 0) != (ssize_t)sizeof(epoch))
+            epoch = 0;
+        if (!epoch)
+            epoch = (td_wall_ns() ^ ((uint64_t)getpid() << 32)) | 1;
+        put_le64(r->epoch, epoch);
     }
     td_buf_init(&r->queue);
     conn_t *cs[2] = {&r->cmd, &r->sub};

@@ -73,6 +73,12 @@ typedef struct td_kv_pool {
     int n_cached;        /* published blocks, referenced or not */
     int n_evictable;     /* published blocks with no reference */
     uint64_t evictions;  /* cached blocks reused for new content */
+    /* Told when the cache's content changes (the worker's cluster index listens): `added` when
+     * block `id` is published under `h` (td_kv_block_publish returned true), not `added` when
+     * td_kv_block_alloc evicts it (it is reused for new content). Called on the pool's thread,
+     * inside those calls; it must not call back into the pool. NULL: nobody listens. */
+    void (*on_cache)(void *ud, int32_t id, const td_kvhash_t *h, bool added);
+    void *on_cache_ud;
 } td_kv_pool_t;
 
 /* Allocate a pool of `n_blocks` blocks. 0, TD_EINVAL or TD_ENOMEM. */

@@ -1,11 +1,21 @@
 /* td_kvredis.h: the cluster KV index in Redis, kept by workers and mirrored by routers.
  *
- * Layout (binary-safe; `ns` is the namespace, normally "tandem:<layout fingerprint hex>"):
- *   <ns>:holders:<worker>   a HASH: field = block hash (16 canonical bytes of a hash version 1
- *                           td_kvhash_t, see td_kvhash.h), value = tier (1 byte)
- *   <ns>:events             a pub/sub channel; each message is the worker id, a NUL, then
- *                           18-byte records: op (1 = add, 2 = remove), tier, hash
- *                           (op 3, with no hash, says "the worker's whole set was replaced")
+ * Layout (binary-safe; `ns` is the namespace: the daemons use "tandem:kv", since every block hash
+ * covers the layout fingerprint already):
+ *   <ns>:holders:<worker>   a HASH: field = block hash (16 canonical bytes of a hash
+ *                           version 1 td_kvhash_t, see td_kvhash.h), value = tier (1 byte); one
+ *                           more field "epoch" holds the publisher's epoch (8 bytes, little
+ *                           endian), written with every batch of adds. With a lease the key
+ *                           expires lease_ms after the last td_kvredis_renew (or flush), so a
+ *                           dead worker's set goes by itself.
+ *   <ns>:events             a pub/sub channel; each message is the worker id, a NUL, the epoch
+ *                           (8 bytes, little endian), then 18-byte records: op (1 = add,
+ *                           2 = remove), tier, hash (op 3, with no hash, says "the worker's whole
+ *                           set was replaced")
+ *
+ * The epoch is a random 64-bit value a publisher draws when it is created: a restarted worker
+ * (same id, new process) has a new one, so subscribers can tell its events from late ones of the
+ * process it replaced (td_kvredis_event_t.epoch; an inventory starts a new epoch's set).
  *
  * Workers (publishers) queue add/remove events and flush them every `flush_ms` as one pipeline:
  * HSET/HDEL on their own hash, then one PUBLISH. Routers (subscribers) receive the events and
@@ -40,6 +50,7 @@ typedef struct td_kvredis_event {
     uint8_t tier;
     td_kvhash_t hash;   /* unused for RESET */
     const char *worker; /* valid during the callback */
+    uint64_t epoch;     /* the publisher's epoch (0 from a resync of a set written without one) */
 } td_kvredis_event_t;
 
 typedef struct td_kvredis_opts {
@@ -48,6 +59,9 @@ typedef struct td_kvredis_opts {
     const char *worker_id; /* publishers: our id; NULL for a subscriber */
     bool subscribe;        /* receive events (routers) */
     uint64_t flush_ms;     /* publisher batch window; 0 = 5 ms */
+    uint64_t epoch;        /* publishers: this process's epoch; 0 = drawn at random */
+    uint64_t lease_ms;     /* publishers: the holders key expires this long after the last
+                              renew or flush (PEXPIRE); 0 = never */
     /* events from the channel, or from a resync (as ADDs after one RESET per worker) */
     void (*on_events)(const td_kvredis_event_t *ev, size_t n, void *ud);
     /* connection state: true when (re)connected. Subscribers: a resync has been started.
@@ -68,8 +82,16 @@ int td_kvredis_publish(td_kvredis_t *r, td_kvredis_op_t op, uint8_t tier, const 
  * TD_EAGAIN while disconnected (on_state asks again on reconnect). */
 int td_kvredis_publish_inventory(td_kvredis_t *r, const uint8_t *tiers, const td_kvhash_t *hashes,
                                  size_t n);
+/* Publishers: renew the lease (PEXPIRE of the holders key; call it with every heartbeat). A no-op
+ * without a lease or while disconnected. */
+void td_kvredis_renew(td_kvredis_t *r);
+/* Publishers: the epoch in use. */
+uint64_t td_kvredis_epoch(const td_kvredis_t *r);
 /* Subscribers: read every worker's set again (RESET then ADDs per worker). */
 int td_kvredis_resync(td_kvredis_t *r);
+/* Subscribers: read one worker's set again (RESET then ADDs), e.g. when it registers again.
+ * 0, TD_EAGAIN while disconnected, TD_ENOMEM. */
+int td_kvredis_resync_worker(td_kvredis_t *r, const char *worker);
 /* Number of resyncs completed (for tests and status). */
 uint64_t td_kvredis_resyncs(const td_kvredis_t *r);
 

@@ -33,6 +33,12 @@ const td_opt_t td_wk_opts[] = {
      "auto: load cached blocks from disk when measured cheaper than computing them; always"},
     {"kv.wait_s", TD_OPT_DOUBLE, O(kv_wait_s), "60",
      "decode: seconds reserved blocks wait for the prefill worker's KV", 0.1, 3600},
+    {"kv.redis", TD_OPT_STR, O(kv_redis), "",
+     "host:port of the Redis that holds the cluster KV index (the routers read it to send a "
+     "prompt where its prefix is cached); empty: not published"},
+    {"kv.redis_lease_s", TD_OPT_DOUBLE, O(kv_redis_lease_s), "10",
+     "seconds the worker's index entries outlive its last heartbeat (a dead worker's go by "
+     "themselves)", 0.1, 3600},
     {"engine.threads", TD_OPT_INT, O(threads), "0", "compute threads (0: every core)", 0, 1024},
     {"engine.max_batch_tokens", TD_OPT_INT, O(max_batch_tokens), "2048",
      "tokens per step, decodes and prefill chunks together", 1, 1 << 20},

@@ -72,6 +72,8 @@ typedef struct td_wk_cfg {
     char *disk_load;     /* "auto": load a block from disk when measured cheaper than computing it;
                             "always" */
     double kv_wait_s;    /* decode: how long reserved blocks wait for a prefill worker's push */
+    char *kv_redis;      /* "host:port" of the cluster KV index's Redis; empty: not published */
+    double kv_redis_lease_s; /* the worker's index entries expire this long after its last beat */
     int64_t threads;     /* compute threads; 0: every core */
     int64_t max_batch_tokens;
     int64_t prefill_chunk;
@@ -239,6 +241,7 @@ struct td_worker {
     td_kvdisk_t *disk; /* tier 2, or NULL */
     double load_s_per_block;    /* measured: seconds to load one block from disk (0: unmeasured) */
     double prefill_s_per_token; /* measured: seconds of prefill compute per token (0: unmeasured) */
+    struct td_kvredis *index; /* the cluster KV index publisher (index.c), NULL when off */
     td_http_server_t *http;
     td_wk_metrics_t m;
     td_wk_router_t routers[TD_WK_MAX_ROUTERS];
@@ -313,6 +316,17 @@ int td_wk_disk_open(td_worker_t *w);
 void td_wk_disk_close(td_worker_t *w, void (*done)(void *arg), void *arg);
 /* A prefill-only step of `tokens` prompt tokens took `seconds` (the compute cost model). */
 void td_wk_cache_measure_prefill(td_worker_t *w, int tokens, double seconds);
+
+/* ---- index.c: the cluster KV index (td_kvredis.h) ------------------------------------------- */
+
+/* Publish the pool's cached blocks to Redis when kv.redis is set: an ADD when a block is
+ * published, a REMOVE when one is evicted, the whole inventory on every (re)connect, under a
+ * lease renewed by td_wk_index_renew. Redis is never on a request's path. 0 or TD_EINVAL. */
+int td_wk_index_start(td_worker_t *w);
+/* Every heartbeat: renew the lease on the worker's entries. */
+void td_wk_index_renew(td_worker_t *w);
+/* Stop publishing and close the connection (the entries expire with the lease). */
+void td_wk_index_stop(td_worker_t *w);
 
 /* ---- sched.c: the scheduler ---------------------------------------------------------------- */
 

@@ -34,6 +34,7 @@ static void finish_stop(td_worker_t *w)
     w->stopped = true;
     uv_close((uv_handle_t *)&w->hb_timer, NULL);
     td_wk_routers_stop(w);
+    td_wk_index_stop(w);
     td_http_server_close(w->http);
     td_wk_compute_close(w);
     td_wk_disk_close(w, on_disk_closed, w); /* its last stores let go of pool blocks */
@@ -45,6 +46,7 @@ static void on_hb_timer(uv_timer_t *t)
     td_worker_t *w = t->data;
     double now = td_now_s();
     td_wk_send_heartbeats(w);
+    td_wk_index_renew(w);
     if (w->role->sweep)
         w->role->sweep(w, now);
     td_wk_schedule(w); /* blocks freed by late completions (a dead sequence's pushes) */
@@ -136,8 +138,9 @@ static int load(td_worker_t *w)
 static int start(td_worker_t *w)
 {
     int rc;
-    if ((rc = load(w)) || (rc = td_wk_disk_open(w)) || (rc = td_wk_metrics_init(w)) || (rc = td_wk_compute_start(w)) ||
-        (rc = td_wk_admin_start(w)) || (rc = td_wk_routers_start(w)))
+    if ((rc = load(w)) || (rc = td_wk_disk_open(w)) || (rc = td_wk_metrics_init(w)) ||
+        (rc = td_wk_compute_start(w)) || (rc = td_wk_index_start(w)) || (rc = td_wk_admin_start(w)) ||
+        (rc = td_wk_routers_start(w)))
         return rc;
     uv_timer_init(w->loop, &w->hb_timer);
     w->hb_timer.data = w;
@@ -150,6 +153,7 @@ static int start(td_worker_t *w)
 static void close_partial(td_worker_t *w)
 {
     td_wk_routers_stop(w);
+    td_wk_index_stop(w);
     if (w->http)
         td_http_server_close(w->http);
     if (w->hb_timer.data)

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -90,14 +91,94 @@ class Daemon:
         self.proc.wait()
 
 
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Redis:
+    """A private redis-server on loopback (the cluster KV index): no persistence, its own data
+    directory, killed with the test. stop() and start() keep the port, so daemons reconnect."""
+
+    def __init__(self, log_dir):
+        self.dir = os.path.join(log_dir, "redis")
+        os.makedirs(self.dir, exist_ok=True)
+        self.port = free_port()
+        self.addr = "127.0.0.1:%d" % self.port
+        self.proc = None
+        self.start()
+
+    def start(self, timeout=10):
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, "--loglevel", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ALL.append(self)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                if self.cmd("PING") == "PONG":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("redis-server did not start on port %d" % self.port)
+
+    def stop(self):
+        """SIGKILL: Redis gone at once, its data with it."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def cmd(self, *args):
+        """One command over RESP; an integer, a string, or a list of strings."""
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as c:
+            c.sendall(out)
+            f = c.makefile("rb")
+            return self._reply(f)
+
+    def _reply(self, f):
+        line = f.readline().rstrip(b"\r\n")
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError("redis: " + rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = f.read(n + 2)[:n]
+            return data
+        if kind == b"*":
+            return [self._reply(f) for _ in range(int(rest))]
+        raise RuntimeError("redis: bad reply %r" % line)
+
+
 class Cluster:
-    """A router plus prefill and decode workers of one model."""
+    """A router plus prefill and decode workers of one model; with redis=True also a private
+    redis-server, and every daemon gets --kv.redis (the cluster KV index)."""
 
     def __init__(self, build, model, n_prefill=1, n_decode=1, ucx_tls="tcp", router_args=(),
-                 worker_args=(), prefill_args=(), decode_args=(), engine_threads=1, n_routers=1):
+                 worker_args=(), prefill_args=(), decode_args=(), engine_threads=1, n_routers=1,
+                 redis=False):
         self.build = build
         self.model = model
         self.dir = tempfile.mkdtemp(prefix="tandem-cluster-")
+        self.redis = Redis(self.dir) if redis else None
+        if self.redis:
+            router_args = list(router_args) + ["--kv.redis", self.redis.addr]
+            worker_args = list(worker_args) + ["--kv.redis", self.redis.addr]
+        self.router_args = list(router_args)
         self.secret_file = os.path.join(self.dir, "secret")
         with open(self.secret_file, "w") as f:
             f.write(os.urandom(24).hex() + "\n")
@@ -134,6 +215,23 @@ class Cluster:
         for i in range(n_decode):
             self.add_worker("decode", "d%d" % i, list(decode_args))
         self.wait_workers(n_prefill + n_decode)
+
+    def restart_router(self):
+        """SIGKILL the (first) router and start a new one on the same three ports: the workers
+        reconnect to it as after a crash."""
+        old = self.router
+        old.kill()
+        self.router = Daemon("router-restarted", [
+            os.path.join(self.build, "router", "tandem-router"), "--model", self.model,
+            "--http.listen", "127.0.0.1:%d" % old.port("http"),
+            "--rpc.listen", "127.0.0.1:%d" % old.port("rpc"),
+            "--cluster.listen", "127.0.0.1:%d" % old.port("cluster"),
+            "--cluster.secret_file", self.secret_file,
+            "--cluster.heartbeat_timeout_s", "1.5"] + self.router_args,
+            self.env, r"cluster=", self.dir)
+        self.router.wait_ready()
+        self.routers[0] = self.router
+        return self.router
 
     def add_worker(self, role, wid, extra=()):
         d = Daemon(wid, [
@@ -221,6 +319,8 @@ class Cluster:
             codes[wid] = d.stop() if d.proc.poll() is None else d.proc.returncode
         for r in self.routers:
             codes[r.name] = r.stop()
+        if self.redis:
+            self.redis.stop()
         if all(c == 0 for c in codes.values()):
             shutil.rmtree(self.dir, ignore_errors=True)  # logs are kept when something failed
         return codes

@@ -23,6 +23,9 @@ Usage: cluster_test.py BUILD_DIR SCENARIO ARCH [MODEL_DIR]
                     cached blocks (usage says so), tokens unchanged; tenants never share blocks
   disk              the disk tier across SIGKILL and restart, corrupted and truncated files, a
                     tiny cap and a failing disk
+  index             the cluster KV index in Redis and kv_aware placement: a repeated prompt goes
+                    to its holder; Redis killed and restarted; a dead worker's lease; a restarted
+                    router
 
 ARCH is deepseek_v3 or llama: MODEL_DIR (written by make_model.py), else mkmodel's tiny preset
 with the real tokenizer of that family written under BUILD_DIR.
@@ -698,6 +701,106 @@ def scenario_disk(build):
     print("OK: disk tier")
 
 
+def scenario_index(build):
+    """The cluster KV index (Redis) and kv_aware placement, with 2 decode workers and no prefill
+    worker: the same long prompt sent 6 times one after another goes to the worker that holds it
+    every time after the first (round robin would alternate); Redis killed mid-run fails nothing
+    and, started again empty, is refilled by the workers' inventories; a SIGKILLed worker's
+    entries leave Redis within its lease; a restarted router has the index back before the next
+    request."""
+    model, cfg = make_model(build, "deepseek_v3")
+    rng = random.Random(9)
+    V, B, lease = cfg["vocab_size"], 16, 2.0
+    n = min(300, cfg["max_position_embeddings"] - 40)
+    full = (n - 1) // B * B  # what a worker's cache attaches: every full block of n - 1 tokens
+
+    def prompt():
+        return {"prompt_ids": [rng.randrange(V) for _ in range(n)], "max_tokens": 8,
+                "temperature": 0, "ignore_eos": True}
+
+    def holders(wid):
+        return cl.redis.cmd("EXISTS", "tandem:kv:holders:" + wid)
+
+    cl = C.Cluster(build, model, n_prefill=0, n_decode=2, redis=True,
+                   worker_args=["--kv.redis_lease_s", str(lease)])
+    try:
+        p1 = prompt()
+        got = [cl.batch([p1])[0] for _ in range(6)]
+        check(all(not g["error"] for g in got), "errors: %s" % got)
+        cached = [g["cached_tokens"] for g in got]
+        check(cached == [0] + [full] * 5, "cached tokens of 6 runs: %s, want 0 then %d" %
+              (cached, full))
+        st = cl.status()
+        check(sorted(w["assigned"] for w in st.values()) == [0, 6],
+              "every run on the holder: %s" % st)
+        holder = [wid for wid, w in st.items() if w["assigned"] == 6][0]
+        other = [wid for wid in st if wid != holder][0]
+        check(holders(holder) == 1 and holders(other) == 0, "Redis holds the holder's set only")
+        # Redis dies mid-run: nothing fails, placement goes on from the router's mirror
+        reqs = [prompt() for _ in range(4)] + [p1] * 2
+        result = {}
+        th = threading.Thread(target=lambda: result.update(out=cl.batch(reqs, timeout=120)))
+        th.start()
+        time.sleep(0.05)
+        cl.redis.stop()
+        th.join(150)
+        out = result.get("out", [])
+        check(len(out) == len(reqs) and all(not g["error"] for g in out),
+              "requests failed while Redis died: %s" % out)
+        g = cl.batch([p1])[0]
+        check(not g["error"] and g["cached_tokens"] == full, "served without Redis: %s" % g)
+        # Redis back, empty: the workers republish their inventories, hits come back
+        cl.redis.start()
+        wait_for(lambda: holders(holder) == 1, 20, "the holder's inventory in Redis again")
+        p2 = prompt()
+        first = cl.batch([p2])[0]
+        again = [cl.batch([p2])[0] for _ in range(3)]
+        check(first["cached_tokens"] == 0 and all(a["cached_tokens"] == full for a in again),
+              "hits after Redis came back: %s %s" % (first["cached_tokens"],
+                                                     [a["cached_tokens"] for a in again]))
+        # SIGKILL a worker: its entries leave Redis within the lease
+        victim = other if holders(other) == 1 else holder
+        check(holders(victim) == 1, "the victim has entries")
+        cl.workers[victim].kill()
+        t0 = time.monotonic()
+        wait_for(lambda: holders(victim) == 0, lease + 3, "the dead worker's entries to expire")
+        gone_s = time.monotonic() - t0
+        check(gone_s <= lease + 1.0, "entries outlived the lease: %.1f s" % gone_s)
+        survivor = holder if victim == other else other
+        cl.add_worker("decode", victim)  # back, empty
+        cl.wait_workers(2)
+        # the prompts the survivor holds, then a router restart: the first request hits
+        p3 = prompt()
+        for _ in range(2):
+            cl.batch([p3])
+        check(holders(survivor) == 1, "the survivor's set")
+        cl.restart_router()
+        cl.wait_workers(2)
+        for p in (p1, p3):
+            g = cl.batch([p])[0]
+            check(not g["error"] and g["cached_tokens"] == full,
+                  "first request after the router restart: %s" % g)
+        print("KV index: 6 runs of one prompt, 5 hits on its holder; Redis killed mid-run: 0 of "
+              "%d failed; a SIGKILLed worker's entries gone from Redis in %.1f s (lease %.0f s); "
+              "index back after a router restart" % (len(reqs), gone_s, lease))
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    # the same runs under round_robin alternate between the workers: the second misses
+    cl = C.Cluster(build, model, n_prefill=0, n_decode=2, redis=True,
+                   router_args=["--placement.policy", "round_robin"])
+    try:
+        p1 = prompt()
+        cached = [cl.batch([p1])[0]["cached_tokens"] for _ in range(3)]
+        check(cached == [0, 0, full], "round_robin: %s, want [0, 0, %d]" % (cached, full))
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    print("OK: cluster KV index")
+
+
 def scenario_shutdown(build):
     model, cfg = make_model(build, "deepseek_v3")
     cl = C.Cluster(build, model, n_prefill=1, n_decode=1)
@@ -745,6 +848,8 @@ def main():
         scenario_cache(build)
     elif scen == "disk":
         scenario_disk(build)
+    elif scen == "index":
+        scenario_index(build)
     else:
         fail("unknown scenario " + scen)
 

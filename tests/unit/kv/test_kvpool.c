@@ -1,6 +1,7 @@
 /* test_kvpool.c: the KV pool's prefix cache (tier 0, common/kv/kv.c): published blocks outlive
  * their sequence, are found by hash and shared by reference, are evicted least recently used
- * only when an allocation needs room, and always from the end of a prefix. */
+ * only when an allocation needs room, and always from the end of a prefix; a listener hears of
+ * every publish and eviction (what the cluster KV index announces). */
 #include "td_check.h"
 #include "td_error.h"
 #include "td_kv.h"
@@ -123,6 +124,50 @@ START_TEST(test_lru_evicts_only_when_needed_and_from_the_end)
 }
 END_TEST
 
+typedef struct heard {
+    int added, evicted;
+    td_kvhash_t last;
+} heard_t;
+
+static void listen_cache(void *ud, int32_t id, const td_kvhash_t *h, bool added)
+{
+    heard_t *x = ud;
+    (void)id;
+    if (added)
+        x->added++;
+    else
+        x->evicted++;
+    x->last = *h;
+}
+
+START_TEST(test_listener_hears_publish_and_evict)
+{
+    setup_pool(2);
+    heard_t x = {0};
+    pool.on_cache = listen_cache;
+    pool.on_cache_ud = &x;
+    td_kv_seq_t a, b;
+    publish_seq(&a, 0, 2);
+    ck_assert_int_eq(x.added, 2);
+    td_kv_seq_release(&pool, &a); /* cached, not evicted: nothing to say */
+    ck_assert_int_eq(x.evicted, 0);
+    /* an allocation that reuses a cached block says which one left the cache */
+    td_kv_seq_init(&b);
+    ck_assert_int_eq(td_kv_seq_reserve(&pool, &b, 4), 0);
+    ck_assert_int_eq(x.evicted, 1);
+    ck_assert_int_lt(td_kv_cache_find(&pool, &x.last), 0);
+    /* the end of the prefix went (H1); a publish of content still cached (H0) says nothing */
+    td_kvhash_t h0 = H(0), h1 = H(1), h5 = H(5);
+    ck_assert_mem_eq(x.last.b, h1.b, 16);
+    ck_assert(!td_kv_block_publish(&pool, b.blocks[0], &h0));
+    ck_assert_int_eq(x.added, 2);
+    ck_assert(td_kv_block_publish(&pool, b.blocks[0], &h5));
+    ck_assert_int_eq(x.added, 3);
+    td_kv_seq_release(&pool, &b);
+    td_kv_pool_free(&pool);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("kvpool");
@@ -130,6 +175,7 @@ int main(void)
     tcase_add_test(tc, test_cached_after_release_and_shared);
     tcase_add_test(tc, test_duplicate_content_not_published_twice);
     tcase_add_test(tc, test_lru_evicts_only_when_needed_and_from_the_end);
+    tcase_add_test(tc, test_listener_hears_publish_and_evict);
     suite_add_tcase(su, tc);
     return td_check_run(su);
 }

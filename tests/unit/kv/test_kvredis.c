@@ -1,11 +1,12 @@
 /* test_kvredis.c: the Redis-backed KV index against a real redis-server on loopback: events from
  * a worker reach a router, a late router resyncs, and after Redis restarts empty the worker
- * republishes and routers resync. */
+ * republishes and routers resync; a worker's lease keeps its set while it renews and lets it go
+ * when it dies; a restarted worker's new epoch replaces its set. */
 #include "td_kvredis.h"
 #include "td_util.h"
 
-#include <arpa/inet.h>
 #include "td_check.h"
+#include "td_redis.h"
 
 #include <check.h>
 #include <hiredis/hiredis.h>
@@ -18,68 +19,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int redis_port;
-static pid_t redis_pid;
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-    socklen_t len = sizeof(sa);
-    getsockname(fd, (struct sockaddr *)&sa, &len);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-static long long redis_int(const char *fmt, const char *arg)
-{
-    redisContext *c = redisConnect("127.0.0.1", redis_port);
-    if (!c || c->err) {
-        if (c)
-            redisFree(c);
-        return -1;
-    }
-    redisReply *r = redisCommand(c, fmt, arg);
-    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-    if (r && r->type == REDIS_REPLY_STATUS)
-        v = 0;
-    freeReplyObject(r);
-    redisFree(c);
-    return v;
-}
-
-static void redis_start(void)
-{
-    char port[16];
-    snprintf(port, sizeof(port), "%d", redis_port);
-    redis_pid = fork();
-    if (redis_pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive a test that failed mid-way */
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--loglevel", "warning", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 500; i++) {
-        if (redis_int("PING", NULL) == 0)
-            return;
-        usleep(10000);
-    }
-    ck_abort_msg("redis-server did not start on port %d", redis_port);
-}
-
-static void redis_stop(void)
-{
-    kill(redis_pid, SIGKILL);
-    waitpid(redis_pid, NULL, 0);
-}
-
 /* A tiny mirror: tier per (worker, block) for 2 workers x 256 blocks, -1 when absent. */
 typedef struct mirror {
     int8_t tier[2][256];
     int resets;
     int ups, downs, inventories;
+    uint64_t epoch; /* of the last event */
 } mirror_t;
 
 static td_kvhash_t blk(int i)
@@ -96,6 +41,7 @@ static void on_events(const td_kvredis_event_t *ev, size_t n, void *ud)
     mirror_t *m = ud;
     for (size_t i = 0; i < n; i++) {
         int w = strcmp(ev[i].worker, "d0") == 0 ? 0 : 1;
+        m->epoch = ev[i].epoch;
         if (ev[i].op == TD_KVREDIS_RESET) {
             memset(m->tier[w], -1, sizeof(m->tier[w]));
             m->resets++;
@@ -146,12 +92,7 @@ static int count(const mirror_t *m, int w)
 static uv_loop_t loop;
 static bool run_until(bool (*cond)(void *), void *arg, int ms)
 {
-    uint64_t end = td_now_ns() + (uint64_t)ms * 1000000;
-    while (!cond(arg) && td_now_ns() < end) {
-        uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(1000);
-    }
-    return cond(arg);
+    return loop_run_until(&loop, cond, arg, ms);
 }
 
 typedef struct want {
@@ -169,7 +110,8 @@ static bool have(void *a)
         return false;
     if (count(x->m, x->w) != x->n)
         return false;
-    return x->scard < 0 || redis_int("HLEN %s", "t:holders:d0") == x->scard;
+    /* the worker's hash holds its blocks and, once it holds any, one "epoch" field */
+    return x->scard < 0 || redis_int("HLEN %s", "t:holders:d0") == x->scard + (x->scard > 0);
 }
 
 static void publish(int i, int tier)
@@ -183,11 +125,8 @@ static void publish(int i, int tier)
 
 START_TEST(test_events_resync_restart)
 {
-    redis_port = free_port();
-    redis_start();
-    uv_loop_init(&loop);
     char addr[32];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", redis_port);
+    redis_setup(&loop, addr);
     memset(inventory, -1, sizeof(inventory));
     mirror_t wm = {0}, rm = {0}, late = {0};
     memset(rm.tier, -1, sizeof(rm.tier));
@@ -226,6 +165,9 @@ START_TEST(test_events_resync_restart)
     redis_stop();
     for (int i = 200; i < 205; i++)
         publish(i, 1); /* while Redis is down: carried by the inventory */
+    /* down long enough for several reconnect attempts to fail */
+    for (uint64_t end = td_now_ns() + 1500000000ull; td_now_ns() < end; usleep(1000))
+        uv_run(&loop, UV_RUN_NOWAIT);
     redis_start();
     w = (want_t){&rm, 0, 95, 95, NULL, 0};
     ck_assert(run_until(have, &w, 15000));
@@ -236,10 +178,80 @@ START_TEST(test_events_resync_restart)
     td_kvredis_close(worker);
     td_kvredis_close(router);
     td_kvredis_close(router2);
-    for (int i = 0; i < 500 && uv_run(&loop, UV_RUN_NOWAIT); i++)
-        usleep(1000);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    loop_finish(&loop);
+    redis_stop();
+}
+END_TEST
+
+static bool gone(void *a)
+{
+    return redis_int("EXISTS %s", a) == 0;
+}
+
+static bool resets_above(void *a)
+{
+    want_t *x = a;
+    return x->m->resets > x->n && count(x->m, x->w) == 1;
+}
+
+START_TEST(test_lease_epoch)
+{
+    char addr[32];
+    redis_setup(&loop, addr);
+    memset(inventory, -1, sizeof(inventory));
+    mirror_t wm = {0}, rm = {0};
+    memset(rm.tier, -1, sizeof(rm.tier));
+    td_kvredis_opts_t wo = {.addr = addr, .ns = "t", .worker_id = "d0", .epoch = 42,
+                            .lease_ms = 400, .on_state = worker_state, .ud = &wm};
+    td_kvredis_opts_t ro = {.addr = addr, .ns = "t", .subscribe = true, .on_events = on_events,
+                            .on_state = on_state, .ud = &rm};
+    td_kvredis_t *router = td_kvredis_new(&loop, &ro);
+    worker = td_kvredis_new(&loop, &wo);
+    ck_assert_uint_eq(td_kvredis_epoch(worker), 42);
+    want_t w = {&rm, 0, 0, -1, router, 1};
+    ck_assert(run_until(have, &w, 5000));
+    publish(1, 0);
+    publish(2, 0);
+    w = (want_t){&rm, 0, 2, 2, NULL, 0};
+    ck_assert(run_until(have, &w, 5000));
+    ck_assert_uint_eq(rm.epoch, 42); /* events carry the publisher's epoch */
+    long long ttl = redis_int("PTTL %s", "t:holders:d0");
+    ck_assert(ttl > 0 && ttl <= 400);
+    /* renewed every 100 ms, the set outlives its lease */
+    for (int i = 0; i < 8; i++) {
+        uint64_t end = td_now_ns() + 100000000;
+        while (td_now_ns() < end) {
+            uv_run(&loop, UV_RUN_NOWAIT);
+            usleep(1000);
+        }
+        td_kvredis_renew(worker);
+    }
+    ck_assert_int_eq(redis_int("EXISTS %s", "t:holders:d0"), 1);
+    /* the worker dies (no goodbye, no renewal): its set is gone within the lease */
+    td_kvredis_close(worker);
+    uint64_t t0 = td_now_ns();
+    ck_assert(run_until(gone, "t:holders:d0", 2000));
+    ck_assert_uint_lt(td_now_ns() - t0, 900000000ull); /* 400 ms lease, generous slack */
+    /* it restarts under the same id: a new epoch, and its inventory replaces the old set */
+    memset(inventory, -1, sizeof(inventory));
+    inventory[7] = 0;
+    wo.epoch = 0; /* drawn at random */
+    worker = td_kvredis_new(&loop, &wo);
+    ck_assert_uint_ne(td_kvredis_epoch(worker), 42);
+    w = (want_t){&rm, 0, 1, 1, NULL, 0};
+    ck_assert(run_until(have, &w, 5000));
+    ck_assert_int_eq(rm.tier[0][7], 0);
+    ck_assert_int_eq(rm.tier[0][1], -1);
+    ck_assert_uint_eq(rm.epoch, td_kvredis_epoch(worker));
+    /* one worker's set read again: a RESET, then its blocks */
+    w = (want_t){&rm, 0, rm.resets};
+    ck_assert_int_eq(td_kvredis_resync_worker(router, "d0"), 0);
+    ck_assert(run_until(resets_above, &w, 5000));
+    ck_assert_int_eq(rm.tier[0][7], 0);
+    ck_assert_uint_eq(rm.epoch, td_kvredis_epoch(worker));
+    td_kvredis_close(worker);
+    td_kvredis_close(router);
+    loop_finish(&loop);
     redis_stop();
 }
 END_TEST
@@ -259,6 +271,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_events_resync_restart);
+    tcase_add_test(tc, test_lease_epoch);
     tcase_add_test(tc, test_bad_address);
     suite_add_tcase(s, tc);
     return td_check_run(s);

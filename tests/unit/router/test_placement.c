@@ -1,4 +1,5 @@
-/* test_placement.c: placement policies, high-water marks and the local pending estimate. */
+/* test_placement.c: placement policies, high-water marks and the local pending estimate;
+ * kv_aware's cache affinity, its imbalance guard, and its least_loaded order without an index. */
 #include "placement.h"
 #include "td_error.h"
 #include "td_check.h"
@@ -152,6 +153,109 @@ START_TEST(test_least_loaded_ties_rotate)
 }
 END_TEST
 
+/* Equal loads: the worker that holds the prompt's prefix wins, every time (a decode worker that
+ * prefills locally, and a prefill worker). */
+START_TEST(test_kv_aware_affinity)
+{
+    td_place_load_t d[3], pf[3];
+    fleet(d, 3);
+    fleet(pf, 3);
+    td_placer_t p;
+    td_placer_init(&p, TD_PLACE_KV_AWARE, NULL, 1);
+    ck_assert_int_eq(td_place_policy_parse("kv_aware", &p.policy), 0);
+    ck_assert_str_eq(td_place_policy_name(p.policy), "kv_aware");
+    for (int r = 0; r < 6; r++) {
+        for (int k = 0; k < 3; k++) {
+            td_place_heartbeat(&d[k], 0, 0, 100, 100, false);
+            td_place_heartbeat(&pf[k], 0, 0, 0, 0, false);
+            d[k].local = true;
+        }
+        d[1].cached_tokens = 960;
+        pf[2].cached_tokens = 800;
+        ck_assert_int_eq(td_place_decode_prompt(&p, d, 3, 70, 1000, 0), 1);
+        /* the holder's pending prefill is only what it does not hold */
+        ck_assert_uint_eq(d[1].pending_tokens, 40);
+        ck_assert_int_eq(td_place_prefill(&p, pf, 3, 1000), 2);
+        ck_assert_uint_eq(pf[2].pending_tokens, 200);
+    }
+    /* a decode worker that would not prefill locally competes with the remote estimate */
+    for (int k = 0; k < 3; k++)
+        td_place_heartbeat(&d[k], 0, 0, 100, 100, false);
+    d[0].local = d[2].local = false;
+    d[1].local = true;
+    d[1].cached_tokens = 100; /* a little: computing 900 tokens here is slower than remote */
+    ck_assert_int_ne(td_place_decode_prompt(&p, d, 3, 70, 1000, 0.01), 1);
+}
+END_TEST
+
+/* The guard: a holder loaded well above the mean loses its affinity, though its predicted time
+ * to first token alone (cached prefix, long prompt) would still have won. */
+START_TEST(test_kv_aware_guard)
+{
+    td_placer_t p;
+    td_placer_init(&p, TD_PLACE_KV_AWARE, NULL, 1);
+    td_place_kv_t kv = {.s_per_token = 50e-6, .seq_s = 2e-3, .imbalance = 1.5};
+    td_placer_set_kv(&p, &kv);
+    /* decode: the holder runs 20 sequences (40 ms), the other none; 900 of 1000 tokens cached:
+     * 40 + 5 ms against 50 ms would pick the holder */
+    td_place_load_t d[2];
+    fleet(d, 2);
+    td_place_heartbeat(&d[0], 0, 0, 100, 100, false);
+    td_place_heartbeat(&d[1], 0, 20, 100, 100, false);
+    d[0].local = d[1].local = true;
+    d[1].cached_tokens = 900;
+    ck_assert_int_eq(td_place_decode_prompt(&p, d, 2, 10, 1000, 0), 0);
+    /* with the guard off (a huge threshold) the cache wins again */
+    kv.imbalance = 1000;
+    td_placer_set_kv(&p, &kv);
+    td_place_heartbeat(&d[0], 0, 0, 100, 100, false);
+    ck_assert_int_eq(td_place_decode_prompt(&p, d, 2, 10, 1000, 0), 1);
+    /* prefill: the holder has 1000 tokens queued (50 ms), 3900 of a 4000-token prompt cached:
+     * 55 ms against 200 ms, yet above 1.5 x the mean it is treated as holding nothing */
+    kv.imbalance = 1.5;
+    td_placer_set_kv(&p, &kv);
+    td_place_load_t pf[2];
+    fleet(pf, 2);
+    td_place_heartbeat(&pf[0], 0, 0, 0, 0, false);
+    td_place_heartbeat(&pf[1], 1000, 0, 0, 0, false);
+    pf[1].cached_tokens = 3900;
+    ck_assert_int_eq(td_place_prefill(&p, pf, 2, 4000), 0);
+    /* loads equal but for one request in flight: no imbalance, the holder keeps its affinity */
+    td_place_heartbeat(&d[0], 0, 0, 100, 100, false);
+    td_place_heartbeat(&d[1], 0, 1, 100, 100, false);
+    d[1].pending_seqs = 1;
+    ck_assert_int_eq(td_place_decode_prompt(&p, d, 2, 10, 1000, 0), 1);
+}
+END_TEST
+
+/* Without an index (nothing cached anywhere) kv_aware chooses exactly as least_loaded does. */
+START_TEST(test_kv_aware_no_index)
+{
+    enum { N = 5, TRIALS = 300 };
+    td_placer_t kv, ll;
+    td_placer_init(&kv, TD_PLACE_KV_AWARE, NULL, 1);
+    td_placer_init(&ll, TD_PLACE_LEAST_LOADED, NULL, 1);
+    uint64_t x = 12345;
+    for (int t = 0; t < TRIALS; t++) {
+        td_place_load_t a[N], b[N];
+        fleet(a, N);
+        for (int k = 0; k < N; k++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t running = (uint32_t)(x >> 60), free = 50 + (uint32_t)((x >> 40) % 50);
+            uint64_t queued = (x >> 20) % 4 * 100;
+            if (t % 2)
+                td_place_heartbeat(&a[k], 0, running, free, 100, false);
+            else
+                td_place_heartbeat(&a[k], queued, 0, 0, 0, false);
+        }
+        memcpy(b, a, sizeof(a));
+        int ik = t % 2 ? td_place_decode_prompt(&kv, a, N, 2, 500, 0) : td_place_prefill(&kv, a, N, 300);
+        int il = t % 2 ? td_place_decode(&ll, b, N, 2) : td_place_prefill(&ll, b, N, 300);
+        ck_assert_int_eq(ik, il);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("placement");
@@ -161,6 +265,9 @@ int main(void)
     tcase_add_test(tc, test_high_water_marks);
     tcase_add_test(tc, test_p2c_balances);
     tcase_add_test(tc, test_least_loaded_ties_rotate);
+    tcase_add_test(tc, test_kv_aware_affinity);
+    tcase_add_test(tc, test_kv_aware_guard);
+    tcase_add_test(tc, test_kv_aware_no_index);
     suite_add_tcase(s, tc);
     return td_check_run(s);
 }
