@@ -228,7 +228,7 @@ class Cluster:
 
 def offline_generate(build, model, req):
     """Token ids that `tandem generate` (one process, no cluster) produces for a batch line."""
-    argv = [os.path.join(build, "tools", "tandem"), "generate", model, "--threads", "1"]
+    argv = [os.path.join(build, "tools", "tandem"), "generate", model, "--threads", "1", "--json"]
     if "prompt_ids" in req:
         argv += ["--prompt-ids", ",".join(map(str, req["prompt_ids"]))]
     elif "messages" in req:
@@ -245,7 +245,4 @@ def offline_generate(build, model, req):
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         raise RuntimeError("tandem generate failed: %s" % r.stderr)
-    for line in r.stdout.splitlines():
-        if line.startswith("output ids:"):
-            return [int(x) for x in line.split(":", 1)[1].split(",")]
-    raise RuntimeError("no output ids in: %s" % r.stdout)
+    return json.loads(r.stdout)["ids"]
