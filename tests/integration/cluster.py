@@ -201,12 +201,16 @@ class Cluster:
         except ValueError:
             return status, raw.decode("utf-8", "replace"), hdrs
 
+    def metrics_text(self, wid=None):
+        """The /metrics text of worker `wid`, or of the (first) router when None."""
+        port = (self.workers[wid] if wid else self.router).port("http")
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+            return r.read().decode()
+
     def worker_metric(self, wid, name, labels=""):
         """Sum of a metric's samples on one worker's /metrics (those whose labels include
         `labels`, e.g. 'tier="disk"', when given)."""
-        port = self.workers[wid].port("http")
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
-            text = r.read().decode()
+        text = self.metrics_text(wid)
         total = 0.0
         for line in text.splitlines():
             if (line.startswith(name + "{") or line.startswith(name + " ")) and \
