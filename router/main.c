@@ -27,7 +27,7 @@ static const td_opt_t opts[] = {
     {"chat_template", TD_OPT_STR, O(chat_template), NULL,
      "chat template family (deepseek_v3, llama3, qwen); default: detected", 0, 0},
     {"router_id", TD_OPT_STR, O(router_id), NULL,
-     "this router's id in metrics and status (default: hostname:pid)", 0, 0},
+     "this router's id in status (default: hostname:pid)", 0, 0},
     {"http.listen", TD_OPT_STR, O(http_listen), "127.0.0.1:8000", "HTTP API address (port 0: any)",
      0, 0},
     {"http.api_key", TD_OPT_STR, O(api_key), NULL,
@@ -86,6 +86,8 @@ static const td_opt_t opts[] = {
      "per-request deadline in seconds (0: none)", 0, 0},
     {"shutdown_timeout_s", TD_OPT_DOUBLE, O(shutdown_timeout_s), "10",
      "on SIGTERM, in-flight requests get this long before they are canceled", 0, 0},
+    {"metrics.vllm_names", TD_OPT_BOOL, O(vllm_names), "false",
+     "/metrics: export the request metrics under vLLM's names (vllm:, model_name label)", 0, 0},
     {"log.level", TD_OPT_STR, O(log_level), "info", "error, warn, info, debug or trace", 0, 0},
     {"log.format", TD_OPT_STR, O(log_format), "logfmt", "logfmt or json", 0, 0},
 };
@@ -222,14 +224,28 @@ static int load_model(td_router_t *rt)
     return 0;
 }
 
+/* The router's series that mean what vLLM's of the same name mean (metrics.vllm_names). Its
+ * per-worker series (worker_*) have no vLLM counterpart and keep tandem_ names. */
+static const char *const vllm_series[] = {
+    "time_to_first_token_seconds", "inter_token_latency_seconds",
+    "time_per_output_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
+    "num_requests_running", "num_requests_waiting", "prompt_tokens_total",
+    "generation_tokens_total", "request_success_total", NULL,
+};
+
 static int setup_metrics(td_router_t *rt)
 {
     td_buf_t lab;
     td_buf_init(&lab);
-    td_buf_append_str(&lab, "role=\"router\",instance=\"");
-    td_metrics_escape(rt->id, &lab);
+    td_buf_append_str(&lab, "role=\"router\",model_name=\"");
+    td_metrics_escape(rt->model_name, &lab);
     td_buf_append_char(&lab, '"');
-    rt->metrics = lab.data ? td_metrics_new("tandem_", lab.data) : NULL;
+    td_metrics_opts_t mo = {.prefix = "tandem_", .const_labels = "role=\"router\""};
+    if (rt->cfg.vllm_names) {
+        mo.vllm_series = vllm_series;
+        mo.vllm_labels = lab.data;
+    }
+    rt->metrics = lab.data ? td_metrics_new_opts(&mo) : NULL;
     td_buf_free(&lab);
     if (!rt->metrics)
         return TD_ENOMEM;

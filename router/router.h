@@ -38,7 +38,7 @@ typedef struct td_router_cfg {
     char *model;             /* model directory (config.json, tokenizer.json, ...) */
     char *served_model_name; /* name clients use; default: the directory's basename */
     char *chat_template;     /* chat family name, or NULL to detect from tokenizer_config */
-    char *router_id;         /* instance label and StatusResponse.router_id; default host:pid */
+    char *router_id;         /* StatusResponse.router_id; default host:pid */
     char *http_listen;       /* "host:port" of the HTTP API */
     char *rpc_listen;        /* internal client RPC */
     char *cluster_listen;    /* where workers connect */
@@ -62,6 +62,7 @@ typedef struct td_router_cfg {
     uint64_t max_waiting;          /* sequences that may wait for a worker; beyond: 503 */
     double request_timeout_s;      /* per-request deadline (0: none) */
     double shutdown_timeout_s;     /* in-flight requests get this long after SIGTERM */
+    bool vllm_names;               /* metrics: vLLM's names where they mean the same */
     char *log_level;
     char *log_format;
 } td_router_cfg_t;

@@ -1,6 +1,6 @@
 /* cmd_generate.c: `tandem generate`: offline generation in one process: load a model, prefill a
  * prompt (token ids, or text when the model has a tokenizer.json), decode with the sampler, print
- * the output and the prefill and decode throughput. */
+ * the output and the prefill and decode throughput, as text or (--json) as one JSON object. */
 #include "cli.h"
 #include "sampling_flags.h"
 #include "td_chat.h"
@@ -13,6 +13,7 @@
 #include "td_util.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ static void usage(FILE *out)
             "\n"
             "  --prompt TEXT          prompt text (encoded with the model's tokenizer)\n"
             "  --messages JSON        chat messages, OpenAI style: [{\"role\": \"user\", ...}]\n"
-            "  --prompt-ids LIST      prompt as comma-separated token ids\n"
+            "  --prompt-ids LIST      prompt as comma-separated decimal token ids\n"
             "  --max-tokens N         tokens to generate (default 32)\n"
             "  --temperature T        0 = greedy (default 0)\n"
             "  --top-k K              keep the K most likely tokens (0 = off)\n"
@@ -41,7 +42,11 @@ static void usage(FILE *out)
             "  --logprobs N           print the top-N logprobs of each generated token\n"
             "  --threads N            CPU threads (default 2)\n"
             "  --block-size N         KV cache block size in tokens (default 16)\n"
-            "  --chunk N              prefill in chunks of N tokens (default: the whole prompt)\n");
+            "  --chunk N              prefill in chunks of N tokens (default: the whole prompt)\n"
+            "  --json                 print one JSON object instead of text: prompt_ids, ids,\n"
+            "                         text (null without a tokenizer), finish_reason, logprobs\n"
+            "                         (one {id, logprob, top} per generated token, natural log,\n"
+            "                         %%.9g; top has --logprobs N entries), timings (seconds)\n");
 }
 
 typedef struct gen_args {
@@ -52,11 +57,12 @@ typedef struct gen_args {
     int n_prompt;
     td_sampling_t sp;
     int threads, block, chunk;
+    bool json;
 } gen_args_t;
 
 static int parse_args(int argc, char **argv, gen_args_t *a)
 {
-    enum { O_PROMPT = 256, O_MSGS, O_IDS, O_THREADS, O_BLOCK, O_CHUNK, O_HELP };
+    enum { O_PROMPT = 256, O_MSGS, O_IDS, O_THREADS, O_BLOCK, O_CHUNK, O_JSON, O_HELP };
     static const struct option opts[] = {{"prompt", required_argument, 0, O_PROMPT},
                                          {"messages", required_argument, 0, O_MSGS},
                                          {"prompt-ids", required_argument, 0, O_IDS},
@@ -64,6 +70,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
                                          {"threads", required_argument, 0, O_THREADS},
                                          {"block-size", required_argument, 0, O_BLOCK},
                                          {"chunk", required_argument, 0, O_CHUNK},
+                                         {"json", no_argument, 0, O_JSON},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
     td_sampling_defaults(&a->sp);
@@ -97,6 +104,9 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
         case O_CHUNK:
             rc = td_sampling_flags_parse_int("--chunk", optarg, 1, 1 << 20, &a->chunk);
             break;
+        case O_JSON:
+            a->json = true;
+            break;
         case O_HELP:
             usage(stdout);
             exit(0);
@@ -117,6 +127,74 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
     return 0;
 }
 
+/* Every id of `ids` (from `flag`) must be in the model's vocabulary. 0 or TD_EINVAL saying which
+ * element (counted from 1, as the flag parser counts) is out of range. */
+static int check_vocab(const char *flag, const int32_t *ids, int n, int vocab)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= vocab)
+            return td_err_set(TD_EINVAL, "%s: token %d is %d; the vocabulary has ids 0..%d", flag,
+                              i + 1, ids[i], vocab - 1);
+    return 0;
+}
+
+/* A logprob as a JSON number at float precision, or null when it is not finite. */
+static void json_logprob(FILE *f, float lp)
+{
+    if (isfinite(lp))
+        fprintf(f, "%.9g", (double)lp);
+    else
+        fputs("null", f);
+}
+
+/* What --json prints: the generated tokens with their logprobs and alternatives. */
+typedef struct gen_out {
+    int n;             /* tokens generated */
+    int32_t *ids;      /* [max_tokens] */
+    float *logprob;    /* [max_tokens] natural log of each generated token's probability */
+    td_logprob_t *top; /* [max_tokens][n_top_max] alternatives, best first */
+    int *n_top;        /* [max_tokens] entries of `top` used per token */
+    int n_top_max;     /* the --logprobs N asked for (0 when none) */
+} gen_out_t;
+
+/* Print the --json object on one line. `text` is the decoded output, NULL without a tokenizer.
+ * 0, or TD_ENOMEM escaping the text. */
+static int print_json(FILE *f, const int32_t *prompt, int np, const gen_out_t *g,
+                      const td_buf_t *text, const char *finish, double prefill_s, double decode_s)
+{
+    td_buf_t esc;
+    td_buf_init(&esc);
+    if (text && td_buf_append_json_string(&esc, text->data ? text->data : "", text->len))
+        return td_err_set(TD_ENOMEM, "out of memory");
+    fputs("{\"prompt_ids\": [", f);
+    for (int i = 0; i < np; i++)
+        fprintf(f, "%s%d", i ? ", " : "", prompt[i]);
+    fputs("], \"ids\": [", f);
+    for (int i = 0; i < g->n; i++)
+        fprintf(f, "%s%d", i ? ", " : "", g->ids[i]);
+    fprintf(f, "], \"text\": %s, \"finish_reason\": \"%s\", \"logprobs\": [",
+            text ? esc.data : "null", finish);
+    for (int i = 0; i < g->n; i++) {
+        fprintf(f, "%s{\"id\": %d, \"logprob\": ", i ? ", " : "", g->ids[i]);
+        json_logprob(f, g->logprob[i]);
+        fputs(", \"top\": [", f);
+        for (int k = 0; k < g->n_top[i]; k++) {
+            const td_logprob_t *t = &g->top[(size_t)i * g->n_top_max + k];
+            fprintf(f, "%s{\"id\": %d, \"logprob\": ", k ? ", " : "", t->id);
+            json_logprob(f, t->logprob);
+            fputc('}', f);
+        }
+        fputs("]}", f);
+    }
+    /* decode steps: one per generated token after the first (which came from the prefill) */
+    fprintf(f,
+            "], \"timings\": {\"prefill_tokens\": %d, \"prefill_s\": %.9g, "
+            "\"decode_tokens\": %d, \"decode_s\": %.9g}}\n",
+            np, prefill_s, g->n - 1, decode_s);
+    td_buf_free(&esc);
+    return 0;
+}
+
 int td_cmd_generate(int argc, char **argv)
 {
     gen_args_t a = {0};
@@ -128,7 +206,7 @@ int td_cmd_generate(int argc, char **argv)
     td_sampler_t smp = {0};
     td_tokens_t ptoks;
     float *logits = NULL;
-    int32_t *out_ids = NULL;
+    gen_out_t g = {0};
     td_buf_t text;
     int rc, status = 1;
     td_kv_seq_init(&seq);
@@ -188,6 +266,10 @@ int td_cmd_generate(int argc, char **argv)
     const td_model_cfg_t *c = &m->cfg;
     if (a.sp.eos_id < 0)
         a.sp.eos_id = c->eos_id;
+    if ((rc = check_vocab(a.prompt_ids ? "--prompt-ids" : a.prompt ? "--prompt" : "--messages",
+                          prompt, np, c->vocab_size)) ||
+        (rc = check_vocab("--stop-ids", a.sp.stop_ids, a.sp.n_stop, c->vocab_size)))
+        goto fail;
     td_engine_opts_t eo = {.n_threads = a.threads};
     td_kv_layout_t lay;
     int total = np + a.sp.max_tokens;
@@ -196,14 +278,21 @@ int td_cmd_generate(int argc, char **argv)
         (rc = td_sampler_init(&smp, &a.sp, c->vocab_size)))
         goto fail;
     logits = malloc((size_t)c->vocab_size * sizeof(float));
-    out_ids = malloc((size_t)a.sp.max_tokens * sizeof(int32_t));
-    if (!logits || !out_ids) {
+    size_t mt = (size_t)a.sp.max_tokens;
+    g.n_top_max = TD_MAX(a.sp.logprobs, 0);
+    g.ids = malloc(mt * sizeof(int32_t));
+    g.logprob = malloc(mt * sizeof(float));
+    g.n_top = malloc(mt * sizeof(int));
+    g.top = a.json && g.n_top_max ? td_calloc(mt * (size_t)g.n_top_max, sizeof(td_logprob_t)) : NULL;
+    if (!logits || !g.ids || !g.logprob || !g.n_top || (a.json && g.n_top_max && !g.top)) {
         rc = td_err_set(TD_ENOMEM, "out of memory");
         goto fail;
     }
-    printf("model: %s (%s, %d layers, vocab %d)\n", a.model, td_arch_name(c->arch), c->n_layers,
-           c->vocab_size);
-    printf("prompt: %d tokens\n", np);
+    if (!a.json) {
+        printf("model: %s (%s, %d layers, vocab %d)\n", a.model, td_arch_name(c->arch),
+               c->n_layers, c->vocab_size);
+        printf("prompt: %d tokens\n", np);
+    }
 
     double t0 = td_now_s();
     int chunk = a.chunk > 0 ? a.chunk : np;
@@ -213,17 +302,21 @@ int td_cmd_generate(int argc, char **argv)
             goto fail;
     }
     double t1 = td_now_s();
-    int n_out = 0;
     const char *finish = "length";
     td_detok_t dt;
     td_detok_init(&dt, true);
     for (;;) {
         td_sample_t s;
         td_sampler_sample(&smp, logits, &s);
-        out_ids[n_out++] = s.token;
+        g.ids[g.n] = s.token;
+        g.logprob[g.n] = s.logprob;
+        g.n_top[g.n] = s.n_top;
+        if (g.top)
+            memcpy(&g.top[(size_t)g.n * g.n_top_max], s.top, (size_t)s.n_top * sizeof(s.top[0]));
+        g.n++;
         if (tok && (rc = td_detok_step(tok, &dt, s.token, &text)))
             goto fail;
-        if (a.sp.logprobs > 0) {
+        if (!a.json && a.sp.logprobs > 0) {
             printf("token %d logprob %.4f top:", s.token, s.logprob);
             for (int k = 0; k < s.n_top; k++)
                 printf(" %d:%.4f", s.top[k].id, s.top[k].logprob);
@@ -240,25 +333,34 @@ int td_cmd_generate(int argc, char **argv)
     double t2 = td_now_s();
     if (tok && (rc = td_detok_finish(tok, &dt, &text)))
         goto fail;
+    if (a.json) {
+        if ((rc = print_json(stdout, prompt, np, &g, tok ? &text : NULL, finish, t1 - t0, t2 - t1)))
+            goto fail;
+        status = 0;
+        goto out;
+    }
     printf("output ids:");
-    for (int i = 0; i < n_out; i++)
-        printf("%s%d", i ? "," : " ", out_ids[i]);
+    for (int i = 0; i < g.n; i++)
+        printf("%s%d", i ? "," : " ", g.ids[i]);
     printf("\n");
     if (tok)
         printf("output text: %s\n", text.data ? text.data : "");
     printf("finish: %s\n", finish);
     /* decode steps: one per generated token after the first (which came from the prefill) */
     printf("prefill: %d tokens in %.3f s (%.1f tokens/s)\n", np, t1 - t0, np / (t1 - t0));
-    if (n_out > 1)
-        printf("decode: %d tokens in %.3f s (%.1f tokens/s)\n", n_out - 1, t2 - t1,
-               (n_out - 1) / (t2 - t1));
+    if (g.n > 1)
+        printf("decode: %d tokens in %.3f s (%.1f tokens/s)\n", g.n - 1, t2 - t1,
+               (g.n - 1) / (t2 - t1));
     status = 0;
     goto out;
 fail:
     fprintf(stderr, "tandem generate: %s\n", td_err_msg());
 out:
     td_buf_free(&text);
-    free(out_ids);
+    free(g.ids);
+    free(g.logprob);
+    free(g.n_top);
+    free(g.top);
     free(logits);
     td_sampler_free(&smp);
     if (pool.mem) {

@@ -84,40 +84,39 @@ int td_sampling_flags_apply(int opt, const char *arg, td_sampling_t *sp)
 
 int td_sampling_flags_parse_ids(const char *flag, const char *s, int32_t **out, size_t *n)
 {
-    char *copy = td_strdup(s);
-    size_t cap = 16;
-    int rc = 0;
-    int32_t *ids = malloc(cap * sizeof(int32_t));
+    size_t cap = 1;
+    for (const char *p = s; *p; p++)
+        cap += *p == ',';
+    int32_t *ids = td_calloc(cap, sizeof(int32_t));
     *n = 0;
-    if (!copy || !ids) {
-        rc = td_err_set(TD_ENOMEM, "out of memory");
-        goto out;
-    }
-    char *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int64_t v;
-        if (td_parse_i64(tok, &v) != 0 || v < 0 || v > INT32_MAX) {
-            rc = td_err_set(TD_EINVAL, "%s: \"%s\" is not a token id", flag, tok);
-            goto out;
-        }
-        if (*n == cap) {
-            cap *= 2;
-            int32_t *p = td_reallocarray(ids, cap, sizeof(int32_t));
-            if (!p) {
-                rc = td_err_set(TD_ENOMEM, "out of memory");
-                goto out;
-            }
-            ids = p;
-        }
-        ids[(*n)++] = (int32_t)v;
-    }
-    if (*n == 0)
-        rc = td_err_set(TD_EINVAL, "%s: no token ids", flag);
-out:
-    free(copy);
-    if (rc)
+    if (!ids)
+        return td_err_set(TD_ENOMEM, "out of memory");
+    if (!*s) {
         free(ids);
-    else
-        *out = ids;
-    return rc;
+        return td_err_set(TD_EINVAL, "%s: no token ids", flag);
+    }
+    /* each element: 1 to 10 decimal digits, nothing else (no sign, space, 0x or octal) */
+    const char *p = s;
+    for (size_t i = 0; i < cap; i++) {
+        size_t len = strcspn(p, ",");
+        size_t digits = strspn(p, "0123456789");
+        int64_t v = 0;
+        if (len == 0) {
+            free(ids);
+            return td_err_set(TD_EINVAL, "%s: element %zu is empty (in \"%s\")", flag, i + 1, s);
+        }
+        if (digits == len && len <= 10)
+            for (size_t k = 0; k < len; k++)
+                v = v * 10 + (p[k] - '0');
+        if (digits != len || len > 10 || v > INT32_MAX) {
+            free(ids);
+            return td_err_set(TD_EINVAL, "%s: element %zu \"%.*s\" is not a token id (0..%d)",
+                              flag, i + 1, (int)len, p, INT32_MAX);
+        }
+        ids[i] = (int32_t)v;
+        p += len + (p[len] == ',');
+    }
+    *out = ids;
+    *n = cap;
+    return 0;
 }

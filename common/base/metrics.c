@@ -34,6 +34,7 @@ struct td_metric {
 
 struct family {
     char *name;          /* full name, prefix included */
+    const char *const_labels; /* the registry's const_labels or vllm_labels */
     char *help;
     td_metric_type_t type;
     double *bounds;      /* histogram: [n_bounds] upper bounds, increasing */
@@ -47,20 +48,31 @@ struct td_metrics {
     pthread_mutex_t lock;
     char *prefix;
     char *const_labels;  /* "" when none */
+    const char *const *vllm_series; /* td_metrics_opts_t.vllm_series; NULL: none */
+    char *vllm_labels;   /* "" when none */
     family_t *families;  /* in creation order */
     family_t *last;
 };
 
 td_metrics_t *td_metrics_new(const char *prefix, const char *const_labels)
 {
+    td_metrics_opts_t o = {.prefix = prefix, .const_labels = const_labels};
+    return td_metrics_new_opts(&o);
+}
+
+td_metrics_t *td_metrics_new_opts(const td_metrics_opts_t *o)
+{
     td_metrics_t *r = calloc(1, sizeof(*r));
     if (!r)
         return NULL;
-    r->prefix = td_strdup(prefix ? prefix : "");
-    r->const_labels = td_strdup(const_labels ? const_labels : "");
-    if (!r->prefix || !r->const_labels) {
+    r->prefix = td_strdup(o->prefix ? o->prefix : "");
+    r->const_labels = td_strdup(o->const_labels ? o->const_labels : "");
+    r->vllm_labels = td_strdup(o->vllm_labels ? o->vllm_labels : "");
+    r->vllm_series = o->vllm_series;
+    if (!r->prefix || !r->const_labels || !r->vllm_labels) {
         free(r->prefix);
         free(r->const_labels);
+        free(r->vllm_labels);
         free(r);
         return NULL;
     }
@@ -88,14 +100,38 @@ void td_metrics_free(td_metrics_t *r)
     pthread_mutex_destroy(&r->lock);
     free(r->prefix);
     free(r->const_labels);
+    free(r->vllm_labels);
     free(r);
 }
 
-static family_t *family_get(td_metrics_t *r, const char *name, const char *help,
+/* Whether series (name, labels) is listed in vllm_series; *own_listed: the entry named its labels
+ * (the series is then exported without them). */
+static bool vllm_listed(const td_metrics_t *r, const char *name, const char *labels,
+                        bool *own_listed)
+{
+    for (const char *const *e = r->vllm_series; e && *e; e++) {
+        size_t n = strcspn(*e, "{");
+        if (strlen(name) != n || strncmp(*e, name, n) != 0)
+            continue;
+        if (!(*e)[n]) {
+            *own_listed = false;
+            return true;
+        }
+        size_t ln = strlen(*e + n + 1);
+        if (ln && (*e)[n + ln] == '}' && strlen(labels) == ln - 1 &&
+            strncmp(*e + n + 1, labels, ln - 1) == 0) {
+            *own_listed = true;
+            return true;
+        }
+    }
+    return false;
+}
+
+static family_t *family_get(td_metrics_t *r, const char *name, bool vllm, const char *help,
                             td_metric_type_t type, const double *bounds, size_t n_bounds)
 {
     char full[256];
-    snprintf(full, sizeof(full), "%s%s", r->prefix, name);
+    snprintf(full, sizeof(full), "%s%s", vllm ? "vllm:" : r->prefix, name);
     for (family_t *f = r->families; f; f = f->next) {
         if (strcmp(f->name, full) != 0)
             continue;
@@ -110,6 +146,7 @@ static family_t *family_get(td_metrics_t *r, const char *name, const char *help,
         return NULL;
     f->name = td_strdup(full);
     f->help = td_strdup(help ? help : "");
+    f->const_labels = vllm ? r->vllm_labels : r->const_labels;
     f->type = type;
     if (n_bounds) {
         for (size_t i = 1; i < n_bounds; i++)
@@ -140,10 +177,13 @@ static td_metric_t *series_get(td_metrics_t *r, const char *name, const char *he
 {
     pthread_mutex_lock(&r->lock);
     td_metric_t *m = NULL;
-    family_t *f = family_get(r, name, help, type, bounds, n_bounds);
+    const char *l = labels ? labels : "";
+    bool own_listed = false, vllm = vllm_listed(r, name, l, &own_listed);
+    if (own_listed)
+        l = "";
+    family_t *f = family_get(r, name, vllm, help, type, bounds, n_bounds);
     if (!f)
         goto out;
-    const char *l = labels ? labels : "";
     for (m = f->series; m; m = m->next)
         if (strcmp(m->labels, l) == 0)
             goto out;
@@ -331,7 +371,7 @@ int td_metrics_render(td_metrics_t *r, td_buf_t *out)
         for (td_metric_t *m = f->series; m && !rc; m = m->next) {
             pthread_mutex_lock(stripe(m));
             if (f->type != TD_METRIC_HISTOGRAM) {
-                rc = sample(out, f->name, "", r->const_labels, m->labels, NULL, m->value);
+                rc = sample(out, f->name, "", f->const_labels, m->labels, NULL, m->value);
             } else {
                 uint64_t cum = 0;
                 char le[64], num[40];
@@ -339,16 +379,16 @@ int td_metrics_render(td_metrics_t *r, td_buf_t *out)
                     cum += m->buckets[i];
                     fmt_double(num, sizeof(num), f->bounds[i]);
                     snprintf(le, sizeof(le), "le=\"%s\"", num);
-                    rc = sample(out, f->name, "_bucket", r->const_labels, m->labels, le,
+                    rc = sample(out, f->name, "_bucket", f->const_labels, m->labels, le,
                                 (double)cum);
                 }
                 if (!rc)
-                    rc = sample(out, f->name, "_bucket", r->const_labels, m->labels,
+                    rc = sample(out, f->name, "_bucket", f->const_labels, m->labels,
                                 "le=\"+Inf\"", (double)m->count);
                 if (!rc)
-                    rc = sample(out, f->name, "_sum", r->const_labels, m->labels, NULL, m->sum);
+                    rc = sample(out, f->name, "_sum", f->const_labels, m->labels, NULL, m->sum);
                 if (!rc)
-                    rc = sample(out, f->name, "_count", r->const_labels, m->labels, NULL,
+                    rc = sample(out, f->name, "_count", f->const_labels, m->labels, NULL,
                                 (double)m->count);
             }
             pthread_mutex_unlock(stripe(m));

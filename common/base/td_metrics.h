@@ -2,8 +2,11 @@
  *
  * A registry holds metric families (one name, type, help text and, for histograms, one bucket
  * layout) and their series (one label set each). Every series also carries the registry's
- * constant labels (role and instance). Names follow vLLM's metric names and suffixes under a
- * `tandem_` prefix; the bucket layouts below are vLLM's, so dashboards built for vLLM read ours.
+ * constant labels (the daemon's `role`; no `instance`: Prometheus adds that label itself from the
+ * scrape target). Names follow vLLM's metric names and suffixes under a `tandem_` prefix, and the
+ * bucket layouts below are vLLM's. A registry can also export chosen series under vLLM's exact
+ * names (`vllm:` prefix, a `model_name` label: td_metrics_opts_t.vllm_series), so dashboards
+ * built for vLLM read them unchanged.
  *
  * Updates are thread-safe (compute threads and the loop may both record). Series pointers stay
  * valid until td_metrics_free.
@@ -33,9 +36,22 @@ extern const double td_buckets_request[]; /* e2e, queue, prefill, decode, infere
 extern const size_t td_buckets_request_n;
 
 /* A new registry. `prefix` is prepended to every name ("tandem_"); `const_labels` is a label
- * list added to every series, already formatted (`role="decode",instance="d0"`, or NULL).
+ * list added to every series, already formatted (`role="decode"`, or NULL).
  * NULL on allocation failure. */
 td_metrics_t *td_metrics_new(const char *prefix, const char *const_labels);
+
+/* A registry whose listed series take vLLM's names instead (metrics.vllm_names). */
+typedef struct td_metrics_opts {
+    const char *prefix;       /* before every other name ("tandem_") */
+    const char *const_labels; /* on every other series (`role="decode"`), or NULL */
+    /* NULL-terminated list of the series exported as "vllm:" + name with vllm_labels instead of
+     * prefix and const_labels; NULL: none. An entry is a name ("kv_cache_usage_perc": every
+     * series of it), or a name with one series' own labels ("prefix_cache_hits_total{tier=\"pool\"}":
+     * that series only, exported without those labels). The strings must outlive the registry. */
+    const char *const *vllm_series;
+    const char *vllm_labels; /* constant labels of those (`role="router",model_name="m"`) */
+} td_metrics_opts_t;
+td_metrics_t *td_metrics_new_opts(const td_metrics_opts_t *o);
 void td_metrics_free(td_metrics_t *r);
 
 /* Get or create a series. `labels` is this series' own formatted label list (`reason="stop"`) or

@@ -5,17 +5,43 @@
 
 #include <stdio.h>
 
+/* The worker's series that mean what vLLM's of the same name mean (metrics.vllm_names). The
+ * request-level ones (running, waiting, tokens, successes) are the router's under vLLM's names: a
+ * request passes through two workers, so a dashboard summing every target would count it twice.
+ * The disk tier has no vLLM counterpart. */
+static const char *const vllm_series[] = {
+    "kv_cache_usage_perc",
+    "num_preemptions_total",
+    "prefix_cache_queries_total{tier=\"pool\"}",
+    "prefix_cache_hits_total{tier=\"pool\"}",
+    NULL,
+};
+
 int td_wk_metrics_init(td_worker_t *w)
 {
-    td_buf_t lb, esc;
-    td_buf_init(&lb);
+    td_buf_t cl, vl, esc;
+    td_buf_init(&cl);
+    td_buf_init(&vl);
     td_buf_init(&esc);
-    int rc = td_metrics_escape(w->cfg.id, &esc);
+    char base[256];
+    const char *model = w->cfg.model_name && *w->cfg.model_name
+                            ? w->cfg.model_name
+                            : td_path_basename(w->cfg.model, base, sizeof(base));
+    int rc = td_metrics_escape(model, &esc);
     if (!rc)
-        rc = td_buf_printf(&lb, "role=\"%s\",instance=\"%s\"", w->role->name, esc.data);
-    if (!rc && !(w->m.reg = td_metrics_new("tandem_", lb.data)))
+        rc = td_buf_printf(&cl, "role=\"%s\"", w->role->name);
+    if (!rc)
+        rc = td_buf_printf(&vl, "role=\"%s\",model_name=\"%s\"", w->role->name,
+                           esc.data ? esc.data : "");
+    td_metrics_opts_t mo = {.prefix = "tandem_", .const_labels = cl.data};
+    if (w->cfg.vllm_names) {
+        mo.vllm_series = vllm_series;
+        mo.vllm_labels = vl.data;
+    }
+    if (!rc && !(w->m.reg = td_metrics_new_opts(&mo)))
         rc = TD_ENOMEM;
-    td_buf_free(&lb);
+    td_buf_free(&cl);
+    td_buf_free(&vl);
     td_buf_free(&esc);
     if (rc)
         return td_err_set(TD_ENOMEM, "out of memory");

@@ -60,6 +60,12 @@ const td_opt_t td_wk_opts[] = {
     {"heartbeat_s", TD_OPT_DOUBLE, O(heartbeat_s), "0.5", "seconds between heartbeats", 0.01, 60},
     {"drain_timeout_s", TD_OPT_DOUBLE, O(drain_timeout_s), "10",
      "on SIGTERM: seconds to finish running requests before canceling them", 0, 3600},
+    {"metrics.vllm_names", TD_OPT_BOOL, O(vllm_names), "false",
+     "/metrics: export KV usage, preemptions and the pool's prefix-cache counters under vLLM's "
+     "names (vllm:, model_name label)"},
+    {"metrics.model_name", TD_OPT_STR, O(model_name), NULL,
+     "model_name label with metrics.vllm_names: the router's served_model_name (default: the "
+     "model directory's basename, as the router's)"},
     {"log.level", TD_OPT_STR, O(log_level), "info", "error|warn|info|debug|trace"},
     {"log.format", TD_OPT_STR, O(log_format), "logfmt", "logfmt|json"},
 };

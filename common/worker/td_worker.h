@@ -82,6 +82,8 @@ typedef struct td_wk_cfg {
     td_sim_opts_t sim;     /* the simulated engine's latency model */
     double heartbeat_s;
     double drain_timeout_s;
+    bool vllm_names;     /* /metrics: vLLM's names where they mean the same (admin.c) */
+    char *model_name;    /* /metrics: model_name label under vllm_names; NULL: model's basename */
     char *log_level;
     char *log_format;
 } td_wk_cfg_t;

@@ -299,12 +299,16 @@ class Cluster:
         except ValueError:
             return status, raw.decode("utf-8", "replace"), hdrs
 
+    def metrics_text(self, wid=None):
+        """The /metrics text of worker `wid`, or of the (first) router when None."""
+        port = (self.workers[wid] if wid else self.router).port("http")
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+            return r.read().decode()
+
     def worker_metric(self, wid, name, labels=""):
         """Sum of a metric's samples on one worker's /metrics (those whose labels include
         `labels`, e.g. 'tier="disk"', when given)."""
-        port = self.workers[wid].port("http")
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
-            text = r.read().decode()
+        text = self.metrics_text(wid)
         total = 0.0
         for line in text.splitlines():
             if (line.startswith(name + "{") or line.startswith(name + " ")) and \
@@ -328,7 +332,7 @@ class Cluster:
 
 def offline_generate(build, model, req):
     """Token ids that `tandem generate` (one process, no cluster) produces for a batch line."""
-    argv = [os.path.join(build, "tools", "tandem"), "generate", model, "--threads", "1"]
+    argv = [os.path.join(build, "tools", "tandem"), "generate", model, "--threads", "1", "--json"]
     if "prompt_ids" in req:
         argv += ["--prompt-ids", ",".join(map(str, req["prompt_ids"]))]
     elif "messages" in req:
@@ -345,7 +349,4 @@ def offline_generate(build, model, req):
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         raise RuntimeError("tandem generate failed: %s" % r.stderr)
-    for line in r.stdout.splitlines():
-        if line.startswith("output ids:"):
-            return [int(x) for x in line.split(":", 1)[1].split(",")]
-    raise RuntimeError("no output ids in: %s" % r.stdout)
+    return json.loads(r.stdout)["ids"]

@@ -33,6 +33,7 @@ with the real tokenizer of that family written under BUILD_DIR.
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -44,6 +45,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster as C  # noqa: E402
+import promcheck  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKENIZERS = {
@@ -541,12 +543,29 @@ def scenario_cache(build):
         check(st == 200, "completion: %s" % (js,))
         check(js["usage"]["prompt_tokens_details"]["cached_tokens"] == full,
               "usage.prompt_tokens_details: %s" % js["usage"])
+        # every daemon's /metrics is valid exposition format, without an instance label, and
+        # every series the Grafana dashboard queries is there
+        texts = ""
+        for who in (None, "p0", "d0"):
+            text = cl.metrics_text(who)
+            texts += text
+            check(promcheck.problems(text) == [], "%s /metrics: %s" %
+                  (who or "router", promcheck.problems(text)))
+            check("instance=" not in text and "vllm:" not in text, "%s: labels" % who)
+        dash = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                 "deploy", "grafana-tandem.json")).read()
+        names = set(re.findall(r"tandem_[a-z_]+", dash))
+        check(len(names) >= 9, "dashboard metric names: %s" % names)
+        for name in names:
+            check(re.search("^" + name + "[{ ]", texts, re.M), "dashboard's %s is exported" % name)
         codes = cl.stop()
         check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
     finally:
         C._kill_all()
-    # multi-turn on one decode worker: turn 2's prompt is turn 1's prompt, its answer and more
-    cl = C.Cluster(build, model, n_prefill=0, n_decode=1)
+    # multi-turn on one decode worker: turn 2's prompt is turn 1's prompt, its answer and more;
+    # its worker exports vLLM's names (metrics.vllm_names)
+    cl = C.Cluster(build, model, n_prefill=0, n_decode=1,
+                   decode_args=["--metrics.vllm_names=true", "--metrics.model_name", "m1"])
     try:
         turn1 = {"prompt_ids": [rng.randrange(V) for _ in range(40)], "max_tokens": 24,
                  "temperature": 0, "ignore_eos": True}
@@ -560,6 +579,18 @@ def scenario_cache(build):
         check(g2["cached_tokens"] == stored // B * B,
               "turn 2: %d cached tokens, want %d" % (g2["cached_tokens"], stored // B * B))
         check(g2["ids"] == C.offline_generate(build, model, turn2), "turn 2 tokens differ")
+        text = cl.metrics_text("d0")
+        check(promcheck.problems(text) == [], "vLLM names: %s" % promcheck.problems(text))
+        lab = '{role="decode",model_name="m1"} '
+        check(cl.worker_metric("d0", "vllm:prefix_cache_hits_total") == g2["cached_tokens"] and
+              lab in text, "vllm:prefix_cache_hits_total: %s" % text)
+        for name in ("vllm:kv_cache_usage_perc", "vllm:num_preemptions_total",
+                     "vllm:prefix_cache_queries_total", 'tandem_prefix_cache_hits_total{'
+                     'role="decode",tier="disk"}', "tandem_num_requests_running{"):
+            check(name in text, "%s in the vLLM-named /metrics" % name)
+        for name in ("tandem_kv_cache_usage_perc", 'tandem_prefix_cache_hits_total{role="decode",'
+                     'tier="pool"}', "vllm:num_requests_running"):
+            check(name not in text, "%s not in the vLLM-named /metrics" % name)
         print("prefix cache: %d of %d prompt tokens cached on the second run; turn 2 of a "
               "conversation hit %d tokens of turn 1; tenants kept apart" %
               (full, len(long_prompt), g2["cached_tokens"]))

@@ -23,6 +23,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import promcheck  # noqa: E402 - the exposition-format checker next to this file
+
 ROUTER, FAKE, MODEL = sys.argv[1:4]
 MODEL_NAME = os.path.basename(MODEL.rstrip("/"))
 ONLY = set(sys.argv[4:])
@@ -425,9 +428,11 @@ def sc_routing():
                  "tandem_num_requests_waiting", "tandem_prompt_tokens_total",
                  "tandem_generation_tokens_total"):
         check(name in m, "metric " + name)
-    check(re.search(r'tandem_request_success_total\{role="router",instance="[^"]+",'
+    check(re.search(r'tandem_request_success_total\{role="router",'
                     r'finished_reason="stop"\} [1-9]', m), "request_success_total{stop}")
     check(re.search(r'tandem_worker_up\{[^}]*worker="p1"[^}]*\} 1', m), "worker_up{p1}")
+    check("instance=" not in m and "vllm:" not in m, "no instance label, no vllm: names")
+    check(promcheck.problems(m) == [], "exposition format: %s" % promcheck.problems(m))
     rt.stop()
     check(rt.p.returncode == 0, "router exit status %r" % rt.p.returncode)
 
@@ -452,6 +457,33 @@ def sc_api_key():
     check(st == 401 and js["type"] == "error", "anthropic 401 shape")
     st, _, _, _ = rt.request("GET", "/health")
     check(st == 200, "health needs no key")
+    rt.stop()
+
+
+def sc_vllm_names():
+    """metrics.vllm_names: the request metrics under vLLM's exact names with model_name."""
+    rt = Router("vllm", "--metrics.vllm_names=true", "--served_model_name", 'm"1')
+    rt.worker("d1", "decode", "--tokens", ids_arg(tokenize(rt, CANNED)))
+    st, js, _, _ = rt.post("/v1/completions", {"prompt": "hi", "max_tokens": 50})
+    check(st == 200, "completion")
+    st, _, raw, _ = rt.request("GET", "/metrics")
+    m = raw.decode()
+    check(promcheck.problems(m) == [], "exposition format: %s" % promcheck.problems(m))
+    lab = r'\{role="router",model_name="m\\"1"'
+    for name in ("time_to_first_token_seconds_count", "inter_token_latency_seconds_count",
+                 "time_per_output_token_seconds_count", "e2e_request_latency_seconds_count",
+                 "request_queue_time_seconds_count", "num_requests_running",
+                 "num_requests_waiting", "prompt_tokens_total", "generation_tokens_total"):
+        check(re.search("^vllm:" + name + lab + r"\} ", m, re.M), "vllm:" + name)
+        check("tandem_" + name not in m, "no tandem_%s in vLLM mode" % name)
+    check(re.search("^vllm:request_success_total" + lab + r',finished_reason="stop"\} 1\.0$', m,
+                    re.M), "vllm:request_success_total{stop}")
+    check(re.search(r'^vllm:e2e_request_latency_seconds_count\{[^}]*\} 1\.0$', m, re.M),
+          "one request seen")
+    # per-worker series have no vLLM counterpart: tandem_ names, no model_name
+    check(re.search(r'^tandem_worker_up\{role="router",worker="d1",[^}]*\} 1', m, re.M),
+          "tandem_worker_up kept")
+    check("instance=" not in m, "no instance label")
     rt.stop()
 
 
@@ -627,7 +659,8 @@ def sc_sigterm():
     check(rt2.p.returncode == 0, "exit 0 after the shutdown deadline")
 
 
-SCENARIOS = [("routing", sc_routing), ("api_key", sc_api_key), ("failures", sc_failures),
+SCENARIOS = [("routing", sc_routing), ("vllm_names", sc_vllm_names), ("api_key", sc_api_key),
+             ("failures", sc_failures),
              ("admission", sc_admission), ("disconnect", sc_disconnect),
              ("sigterm", sc_sigterm)]
 

@@ -11,7 +11,7 @@
 
 START_TEST(test_render_exact)
 {
-    td_metrics_t *r = td_metrics_new("tandem_", "role=\"decode\",instance=\"d0\"");
+    td_metrics_t *r = td_metrics_new("tandem_", "role=\"decode\"");
     td_metric_t *c = td_metrics_counter(r, "prompt_tokens_total", "Prompt tokens.", NULL);
     td_metric_t *stop = td_metrics_counter(r, "request_success_total", "Finished requests.",
                                            "finished_reason=\"stop\"");
@@ -38,25 +38,66 @@ START_TEST(test_render_exact)
     const char *want =
         "# HELP tandem_prompt_tokens_total Prompt tokens.\n"
         "# TYPE tandem_prompt_tokens_total counter\n"
-        "tandem_prompt_tokens_total{role=\"decode\",instance=\"d0\"} 15.0\n"
+        "tandem_prompt_tokens_total{role=\"decode\"} 15.0\n"
         "# HELP tandem_request_success_total Finished requests.\n"
         "# TYPE tandem_request_success_total counter\n"
-        "tandem_request_success_total{role=\"decode\",instance=\"d0\",finished_reason=\"stop\"} 2.0\n"
-        "tandem_request_success_total{role=\"decode\",instance=\"d0\",finished_reason=\"length\"} 1.0\n"
+        "tandem_request_success_total{role=\"decode\",finished_reason=\"stop\"} 2.0\n"
+        "tandem_request_success_total{role=\"decode\",finished_reason=\"length\"} 1.0\n"
         "# HELP tandem_num_requests_running Running.\n"
         "# TYPE tandem_num_requests_running gauge\n"
-        "tandem_num_requests_running{role=\"decode\",instance=\"d0\"} 7.0\n"
+        "tandem_num_requests_running{role=\"decode\"} 7.0\n"
         "# HELP tandem_time_to_first_token_seconds TTFT.\n"
         "# TYPE tandem_time_to_first_token_seconds histogram\n"
-        "tandem_time_to_first_token_seconds_bucket{role=\"decode\",instance=\"d0\",le=\"0.1\"} 2.0\n"
-        "tandem_time_to_first_token_seconds_bucket{role=\"decode\",instance=\"d0\",le=\"1.0\"} 3.0\n"
-        "tandem_time_to_first_token_seconds_bucket{role=\"decode\",instance=\"d0\",le=\"2.5\"} 3.0\n"
-        "tandem_time_to_first_token_seconds_bucket{role=\"decode\",instance=\"d0\",le=\"+Inf\"} 4.0\n"
-        "tandem_time_to_first_token_seconds_sum{role=\"decode\",instance=\"d0\"} 3.65\n"
-        "tandem_time_to_first_token_seconds_count{role=\"decode\",instance=\"d0\"} 4.0\n";
+        "tandem_time_to_first_token_seconds_bucket{role=\"decode\",le=\"0.1\"} 2.0\n"
+        "tandem_time_to_first_token_seconds_bucket{role=\"decode\",le=\"1.0\"} 3.0\n"
+        "tandem_time_to_first_token_seconds_bucket{role=\"decode\",le=\"2.5\"} 3.0\n"
+        "tandem_time_to_first_token_seconds_bucket{role=\"decode\",le=\"+Inf\"} 4.0\n"
+        "tandem_time_to_first_token_seconds_sum{role=\"decode\"} 3.65\n"
+        "tandem_time_to_first_token_seconds_count{role=\"decode\"} 4.0\n";
     ck_assert_str_eq(out.data, want);
     ck_assert(td_metric_value(h) == 4);
     ck_assert(fabs(td_metric_sum(h) - 3.65) < 1e-12);
+    td_buf_free(&out);
+    td_metrics_free(r);
+}
+END_TEST
+
+/* metrics.vllm_names: listed series under vLLM's names and labels, the rest unchanged; an entry
+ * with labels picks one series of a family and drops those labels. */
+START_TEST(test_vllm_names)
+{
+    static const char *const vllm[] = {"num_requests_running", "prefix_cache_hits_total{tier=\"pool\"}",
+                                       NULL};
+    td_metrics_opts_t o = {.prefix = "tandem_",
+                           .const_labels = "role=\"decode\"",
+                           .vllm_series = vllm,
+                           .vllm_labels = "role=\"decode\",model_name=\"m\""};
+    td_metrics_t *r = td_metrics_new_opts(&o);
+    td_metric_t *run = td_metrics_gauge(r, "num_requests_running", "Running.", NULL);
+    td_metric_t *pool = td_metrics_counter(r, "prefix_cache_hits_total", "Hits.", "tier=\"pool\"");
+    td_metric_t *disk = td_metrics_counter(r, "prefix_cache_hits_total", "Hits.", "tier=\"disk\"");
+    td_metric_t *other = td_metrics_counter(r, "kv_disk_errors_total", "Errors.", NULL);
+    ck_assert(td_metrics_counter(r, "prefix_cache_hits_total", "Hits.", "tier=\"pool\"") == pool);
+    ck_assert(pool != disk);
+    td_metric_set(run, 2);
+    td_metric_add(pool, 5);
+    td_metric_add(disk, 3);
+    td_metric_add(other, 1);
+    td_buf_t out;
+    td_buf_init(&out);
+    ck_assert_int_eq(td_metrics_render(r, &out), 0);
+    ck_assert_str_eq(out.data, "# HELP vllm:num_requests_running Running.\n"
+                               "# TYPE vllm:num_requests_running gauge\n"
+                               "vllm:num_requests_running{role=\"decode\",model_name=\"m\"} 2.0\n"
+                               "# HELP vllm:prefix_cache_hits_total Hits.\n"
+                               "# TYPE vllm:prefix_cache_hits_total counter\n"
+                               "vllm:prefix_cache_hits_total{role=\"decode\",model_name=\"m\"} 5.0\n"
+                               "# HELP tandem_prefix_cache_hits_total Hits.\n"
+                               "# TYPE tandem_prefix_cache_hits_total counter\n"
+                               "tandem_prefix_cache_hits_total{role=\"decode\",tier=\"disk\"} 3.0\n"
+                               "# HELP tandem_kv_disk_errors_total Errors.\n"
+                               "# TYPE tandem_kv_disk_errors_total counter\n"
+                               "tandem_kv_disk_errors_total{role=\"decode\"} 1.0\n");
     td_buf_free(&out);
     td_metrics_free(r);
 }
@@ -125,6 +166,7 @@ int main(void)
     Suite *s = suite_create("metrics");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_render_exact);
+    tcase_add_test(tc, test_vllm_names);
     tcase_add_test(tc, test_no_labels_and_escape);
     tcase_add_test(tc, test_vllm_buckets);
     tcase_add_test(tc, test_concurrent);
