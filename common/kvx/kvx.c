@@ -329,6 +329,7 @@ void td_kvx_close(td_kvx_t *k, void (*cb)(void *arg), void *arg)
     }
     k->peers = NULL;
     free_ucx(k);
+    td__free_orphans(k); /* the worker is gone: no late completion can reach them now */
     free(k->blob);
     k->blob = NULL;
     td__loop_close(k); /* frees k once the handles have closed, then runs cb */

@@ -118,9 +118,32 @@ typedef struct xfer {
     bool check_queued;     /* a TASK_TX_CHECK is queued for it */
     uint64_t payload_b;    /* bytes moved */
     int32_t remote_done;   /* runs the receiver must see (AM mechanism), sent in DONE */
-    struct wire_hdr *hdrs; /* [runs] AM headers of the data runs: UCX 1.13 reads them until the
-                              send completes */
+    struct kvx_op *ops;    /* the ops_out requests in flight, each with its handle (kvx_op_t) */
 } xfer_t;
+
+/* The handle of one UCX send request (a data run, a flush, a control message): its user data.
+ * It holds what UCX reads until the request completes (the AM header, a control message's
+ * payload), so it lives until the completion callback, which frees it.
+ *
+ * Ownership: a request of a transfer is linked on x->ops and counted in x->ops_out and
+ * peer->ops_out. When the transfer gives up on it (td__xfer_give_up: its endpoint was
+ * force-closed, and UCX 1.13 does not complete every request of a force-closed endpoint, e.g. a
+ * rendezvous send waiting for a dead receiver), it is detached: x set to NULL, the counts
+ * decremented, moved to k->orphans, and the transfer may complete and be freed. A late completion
+ * of a detached handle only frees it; those UCX never completes are freed by td_kvx_close after
+ * the worker is destroyed. A control message without transfer (HELLO, ACK, ...) is on no list.
+ * No data moves for a request after its endpoint was force-closed: UCX replaced its lanes, and a
+ * message naming that endpoint is dropped, so the transfer's blocks are free once it gave up. */
+typedef struct kvx_op {
+    struct kvx_op *prev, *next; /* on x->ops, or on k->orphans once detached */
+    td_kvx_t *kvx;
+    td_kvx_peer_t *peer;
+    struct xfer *x; /* the transfer it belongs to; NULL without one or once detached */
+    bool detached;
+    wire_hdr_t hdr; /* AM header (data run, control message): UCX 1.13 reads it until the send
+                       completes */
+    uint8_t payload[]; /* control message: [len] bytes, a copy of the caller's */
+} kvx_op_t;
 
 /* One incoming transfer, keyed by the sender's transfer id (recv.c). Owned by its peer's rx list
  * until td__rx_check delivers and frees it. */
@@ -219,6 +242,7 @@ struct td_kvx {
     uint8_t *blob;
     size_t blob_len;
     td_kvx_peer_t *peers;
+    kvx_op_t *orphans; /* detached request handles UCX has not completed (kvx_op_t) */
     task_t *tq_head, *tq_tail;
     uint64_t next_id;
     td_kvx_stats_t stats;
@@ -271,7 +295,8 @@ td_kvx_peer_t *td__find_peer(td_kvx_t *k, uint64_t instance);
 int td__peer_connect(td_kvx_peer_t *p);
 /* Mark p failed with `status`: every transfer to and from it fails; teardown follows. */
 void td__peer_fail(td_kvx_peer_t *p, int status);
-/* Destroy p's rkey and force-close its endpoint (UCX then no longer references either). */
+/* Destroy p's rkey and force-close its endpoint (UCX then no longer references either); the
+ * transfers of p give up on the requests they still have in flight (td__xfer_give_up). */
 void td__peer_close_ep(td_kvx_peer_t *p);
 /* One step of a failed peer's teardown: closes the endpoint once its operations are done or the
  * wait expired, then reconnects when transfers were queued after the failure. */
@@ -294,8 +319,15 @@ void td__tx_check(xfer_t *x);
 void td__tx_ack(td_kvx_t *k, task_t *t);
 /* Task: the peer asked us to push blocks to it (t->data: src ids then dst ids). */
 void td__serve_pull(td_kvx_t *k, task_t *t);
-/* Free x and what it owns (ids, note, data-run headers). x must be unlinked. */
+/* Free x and what it owns (ids, note). x must be unlinked; requests it still has in flight are
+ * detached first (kvx_op_t). */
 void td__xfer_free(xfer_t *x);
+/* p's endpoint was force-closed: every transfer of p gives up on the requests it still has in
+ * flight (UCX may never complete them) and its check is queued, so it completes with its error.
+ * The handles are detached (see kvx_op_t). */
+void td__xfer_give_up(td_kvx_peer_t *p);
+/* Free the detached handles UCX never completed. Only once the worker is destroyed. */
+void td__free_orphans(td_kvx_t *k);
 
 /* ---- recv.c: incoming transfers -------------------------------------------------------------*/
 

@@ -137,6 +137,9 @@ void td__peer_close_ep(td_kvx_peer_t *p)
         ucs_status_ptr_t sp = ucp_ep_close_nbx(p->ep, &prm);
         (void)sp; /* a request completes through ep_close_cb; an error status means it is gone */
         p->ep = NULL;
+        /* UCX may never complete some requests of the closed endpoint (a rendezvous send to a
+         * dead receiver): the transfers stop waiting for them and complete with their error */
+        td__xfer_give_up(p);
     }
     p->tearing = false;
 }

@@ -11,6 +11,7 @@
  */
 #include "kvx_impl.h"
 #include "td_error.h"
+#include "td_log.h"
 #include "td_util.h"
 
 #include <stdlib.h>
@@ -37,27 +38,140 @@ uint32_t td_kvx_coalesce(const uint32_t *src, const uint32_t *dst, uint32_t n, t
     return nr;
 }
 
-/* ---- sending control messages ----------------------------------------------------------------*/
+/* ---- request handles -------------------------------------------------------------------------*/
 
-/* One control message in flight: header and payload stay here until the send completes. */
-typedef struct ctl_msg {
-    td_kvx_peer_t *peer;
-    xfer_t *x; /* when the message belongs to a transfer (DONE, PULL) */
-    wire_hdr_t hdr;
-    uint8_t payload[]; /* [len] */
-} ctl_msg_t;
-
-/* UCX callback context: a control message was sent (or failed); frees it. */
-static void ctl_send_cb(void *req, ucs_status_t st, void *user_data)
+/* A new handle for one request on p, of x when given (with `len` bytes of payload room), linked
+ * on x->ops and counted on p and x. NULL when out of memory (nothing counted then). */
+static kvx_op_t *op_new(td_kvx_peer_t *p, xfer_t *x, size_t len)
 {
-    ctl_msg_t *m = user_data;
-    td__op_finished(m->peer, m->x, NULL, st);
-    free(m);
+    kvx_op_t *o = calloc(1, sizeof(*o) + len);
+    if (!o)
+        return NULL;
+    o->kvx = p->kvx;
+    o->peer = p;
+    o->x = x;
+    p->ops_out++;
+    if (x) {
+        x->ops_out++;
+        o->next = x->ops;
+        if (x->ops)
+            x->ops->prev = o;
+        x->ops = o;
+    }
+    return o;
+}
+
+/* Unlink o from the list it is on (x->ops, k->orphans, or none). */
+static void op_unlink(kvx_op_t *o)
+{
+    kvx_op_t **head = o->detached ? &o->kvx->orphans : o->x ? &o->x->ops : NULL;
+    if (!head)
+        return;
+    if (o->prev)
+        o->prev->next = o->next;
+    else
+        *head = o->next;
+    if (o->next)
+        o->next->prev = o->prev;
+    o->prev = o->next = NULL;
+}
+
+/* UCX callback context: o's request completed with st: account it unless it was detached, and
+ * free o. */
+static void op_done(kvx_op_t *o, ucs_status_t st)
+{
+    op_unlink(o);
+    if (!o->detached)
+        td__op_finished(o->peer, o->x, NULL, st);
+    free(o);
+}
+
+/* UCX callback context: a send request (data run, flush, control message) completed or failed. */
+static void op_send_cb(void *req, ucs_status_t st, void *user_data)
+{
+    op_done(user_data, st);
     ucp_request_free(req);
 }
 
-/* Send a control message on p's endpoint. The payload is copied. Counts as one operation of p
- * (and of x when given). */
+/* Undo op_new for a request that finished at posting, and free o. */
+static void op_cancel(kvx_op_t *o)
+{
+    op_unlink(o);
+    o->peer->ops_out--;
+    if (o->x)
+        o->x->ops_out--;
+    free(o);
+}
+
+/* Count what posting o's request (of a transfer) returned: in flight (a request: op_send_cb
+ * finishes it), or finished at once (NULL, or an error: the first error is recorded on x). */
+static void track(kvx_op_t *o, ucs_status_ptr_t sp)
+{
+    xfer_t *x = o->x;
+    if (UCS_PTR_IS_PTR(sp))
+        return;
+    op_cancel(o);
+    ucs_status_t st = UCS_PTR_STATUS(sp);
+    if (st != UCS_OK && x->status == 0)
+        x->status = td__ucs_to_td(st);
+}
+
+/* Detach every request handle of x (see kvx_op_t): uncounted on x and its peer, moved to
+ * k->orphans; a late completion only frees the handle. */
+static void detach_ops(xfer_t *x)
+{
+    td_kvx_peer_t *p = x->peer;
+    td_kvx_t *k = p->kvx;
+    while (x->ops) {
+        kvx_op_t *o = x->ops;
+        op_unlink(o);
+        TD_ASSERT(p->ops_out > 0 && x->ops_out > 0);
+        p->ops_out--;
+        x->ops_out--;
+        o->x = NULL;
+        o->detached = true;
+        o->next = k->orphans;
+        if (k->orphans)
+            k->orphans->prev = o;
+        k->orphans = o;
+    }
+    TD_ASSERT(x->ops_out == 0);
+}
+
+void td__xfer_give_up(td_kvx_peer_t *p)
+{
+    uint32_t n_ops = 0, n_x = 0;
+    for (xfer_t *x = p->tx; x; x = x->next) {
+        if (!x->ops)
+            continue;
+        n_ops += x->ops_out;
+        n_x++;
+        detach_ops(x);
+        if (x->status == 0)
+            x->status = td_err_set(TD_ECONNRESET, "kvx: peer %016llx: endpoint closed",
+                                   (unsigned long long)p->instance);
+        td__queue_tx_check(x);
+    }
+    if (n_x > 0)
+        TD_LOG_W("kvx: peer %016llx: %u transfers give up on %u operations UCX did not complete "
+                 "on the closed endpoint",
+                 (unsigned long long)p->instance, n_x, n_ops);
+}
+
+void td__free_orphans(td_kvx_t *k)
+{
+    TD_ASSERT(k->worker == NULL);
+    while (k->orphans) {
+        kvx_op_t *o = k->orphans;
+        k->orphans = o->next;
+        free(o);
+    }
+}
+
+/* ---- sending control messages ----------------------------------------------------------------*/
+
+/* Send a control message on p's endpoint. The header and the payload copy live in the request's
+ * handle until the send completes. Counts as one operation of p (and of x when given). */
 int td__ctl_send(td_kvx_peer_t *p, xfer_t *x, uint32_t type, const wire_hdr_t *proto,
                  const void *payload, size_t len)
 {
@@ -65,15 +179,11 @@ int td__ctl_send(td_kvx_peer_t *p, xfer_t *x, uint32_t type, const wire_hdr_t *p
     if (!p->ep)
         return td_err_set(TD_ECONNRESET, "kvx: peer %016llx has no endpoint",
                           (unsigned long long)p->instance);
-    ctl_msg_t *m = malloc(sizeof(*m) + len);
+    kvx_op_t *m = op_new(p, x, len);
     if (!m)
         return TD_ENOMEM;
-    m->peer = p;
-    m->x = x;
     if (proto)
         m->hdr = *proto;
-    else
-        memset(&m->hdr, 0, sizeof(m->hdr));
     m->hdr.magic = KVX_MAGIC;
     m->hdr.version = KVX_VERSION;
     m->hdr.type = type;
@@ -83,50 +193,23 @@ int td__ctl_send(td_kvx_peer_t *p, xfer_t *x, uint32_t type, const wire_hdr_t *p
     ucp_request_param_t prm = {
         .op_attr_mask =
             UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
-        .cb.send = ctl_send_cb,
+        .cb.send = op_send_cb,
         .user_data = m,
         /* eager: the receiver gets the whole message in its callback (no rendezvous to answer) */
         .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER,
     };
-    p->ops_out++;
-    if (x)
-        x->ops_out++;
     ucs_status_ptr_t sp =
         ucp_am_send_nbx(p->ep, type, &m->hdr, sizeof(m->hdr), m->payload, len, &prm);
     if (UCS_PTR_IS_PTR(sp))
         return 0;
     ucs_status_t st = UCS_PTR_STATUS(sp);
-    p->ops_out--;
-    if (x)
-        x->ops_out--;
-    free(m);
+    op_cancel(m); /* finished at posting: x's status untouched (the caller records rc) */
     if (st != UCS_OK)
         return td__ucx_err(st, "am send");
     return 0;
 }
 
 /* ---- posting data ----------------------------------------------------------------------------*/
-
-/* UCX callback context: one data run (or the flush) of x completed. */
-static void data_send_cb(void *req, ucs_status_t st, void *user_data)
-{
-    xfer_t *x = user_data;
-    td__op_finished(x->peer, x, NULL, st);
-    ucp_request_free(req);
-}
-
-/* Count one request of x: completed immediately (NULL), in flight, or failed. */
-static void track(xfer_t *x, ucs_status_ptr_t sp)
-{
-    td_kvx_peer_t *p = x->peer;
-    if (UCS_PTR_IS_PTR(sp))
-        return;
-    p->ops_out--;
-    x->ops_out--;
-    ucs_status_t st = UCS_PTR_STATUS(sp);
-    if (st != UCS_OK && x->status == 0)
-        x->status = td__ucs_to_td(st);
-}
 
 /* Post the data operations of a push (or pullback) on a ready peer. */
 static void post_push(xfer_t *x)
@@ -143,57 +226,55 @@ static void post_push(xfer_t *x)
     uint32_t nr = x->n ? td_kvx_coalesce(x->src, x->dst, x->n, runs) : 0;
     x->posted = true;
     bool am = p->mech != TD_KVX_MECH_PUT;
-    if (am && nr > 0) {
-        x->hdrs = calloc(nr, sizeof(*x->hdrs));
-        if (!x->hdrs) {
-            x->status = TD_ENOMEM;
-            free(runs);
-            return;
-        }
-    }
     for (uint32_t i = 0; i < nr && x->status == 0; i++) {
         uint32_t s = x->src[runs[i].first], d = x->dst[runs[i].first], len = runs[i].len;
+        kvx_op_t *o = op_new(p, x, 0);
+        if (!o) {
+            x->status = TD_ENOMEM;
+            break;
+        }
         ucp_request_param_t prm = {
             .op_attr_mask =
                 UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH,
-            .cb.send = data_send_cb,
-            .user_data = x,
+            .cb.send = op_send_cb,
+            .user_data = o,
             .memh = k->memh,
         };
-        p->ops_out++;
-        x->ops_out++;
         k->stats.ops_posted++;
         ucs_status_ptr_t sp;
         if (am) {
-            wire_hdr_t *h = &x->hdrs[i];
-            *h = (wire_hdr_t){.magic = KVX_MAGIC,
-                              .version = KVX_VERSION,
-                              .type = AM_DATA,
-                              .instance = k->instance,
-                              .xfer_id = x->id,
-                              .block = d,
-                              .n_blocks = len};
+            o->hdr = (wire_hdr_t){.magic = KVX_MAGIC,
+                                  .version = KVX_VERSION,
+                                  .type = AM_DATA,
+                                  .instance = k->instance,
+                                  .xfer_id = x->id,
+                                  .block = d,
+                                  .n_blocks = len};
             prm.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
             prm.flags = UCP_AM_SEND_FLAG_RNDV | UCP_AM_SEND_FLAG_REPLY;
-            sp = ucp_am_send_nbx(p->ep, AM_DATA, h, sizeof(*h), k->pool + s * bb, len * bb, &prm);
+            sp = ucp_am_send_nbx(p->ep, AM_DATA, &o->hdr, sizeof(o->hdr), k->pool + s * bb,
+                                 len * bb, &prm);
         } else {
             sp = ucp_put_nbx(p->ep, k->pool + s * bb, len * bb, p->pool_addr + d * bb, p->rkey,
                              &prm);
         }
-        track(x, sp);
+        track(o, sp);
     }
     free(runs);
     x->payload_b = (uint64_t)x->n * bb;
     if (!am && x->status == 0) {
         /* remote completion of every put before the notification */
-        ucp_request_param_t prm = {
-            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-            .cb.send = data_send_cb,
-            .user_data = x,
-        };
-        p->ops_out++;
-        x->ops_out++;
-        track(x, ucp_ep_flush_nbx(p->ep, &prm));
+        kvx_op_t *o = op_new(p, x, 0);
+        if (o) {
+            ucp_request_param_t prm = {
+                .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+                .cb.send = op_send_cb,
+                .user_data = o,
+            };
+            track(o, ucp_ep_flush_nbx(p->ep, &prm));
+        } else {
+            x->status = TD_ENOMEM;
+        }
     }
     x->remote_done = nr; /* runs the receiver must see (AM) */
     if (!am)
@@ -265,10 +346,11 @@ static void send_pull(xfer_t *x)
 
 void td__xfer_free(xfer_t *x)
 {
+    if (x->ops)
+        detach_ops(x); /* td_kvx_close: UCX may still complete them while it destroys the worker */
     free(x->src);
     free(x->dst);
     free(x->note);
-    free(x->hdrs);
     free(x);
 }
 
@@ -302,6 +384,7 @@ void td__tx_check(xfer_t *x)
     }
     if (x->ops_out > 0)
         return;
+    TD_ASSERT(x->ops == NULL);
     if (x->status == 0 && !x->acked)
         return;
     if (x->status == 0 && x->kind != XFER_PULL)
