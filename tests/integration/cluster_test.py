@@ -504,6 +504,64 @@ def scenario_preempt(build):
     print("OK: preemption by recompute")
 
 
+def ctl_json(cl, *args):
+    return json.loads(cl.ctl(*(list(args) + ["--json"])).stdout)
+
+
+def check_ctl_cache(cl):
+    """`tandem ctl workers` and `tandem ctl cache` (text and --json) report each worker's cached
+    blocks, queried and hit tokens per tier as its own /metrics does (the heartbeat may lag the
+    metrics by one period, so wait for them to agree), with hits > 0 somewhere."""
+    def metric_tiers(wid):
+        return {t: {"cached_blocks": cl.worker_metric(wid, "tandem_kv_cached_blocks",
+                                                      'tier="%s"' % t),
+                    "queries": cl.worker_metric(wid, "tandem_prefix_cache_queries_total",
+                                                'tier="%s"' % t),
+                    "hits": cl.worker_metric(wid, "tandem_prefix_cache_hits_total",
+                                             'tier="%s"' % t)} for t in ("pool",)}
+
+    def agree():
+        cache = ctl_json(cl, "cache")
+        for w in cache["workers"]:
+            want = metric_tiers(w["id"])
+            got = {t: {k: w["tiers"][t][k] for k in ("cached_blocks", "queries", "hits")}
+                   for t in want if t in w["tiers"]}
+            if got != want:
+                print("ctl cache %s: %s, /metrics %s" % (w["id"], got, want))
+                return None
+        return cache
+    cache = wait_for(agree, 5, "tandem ctl cache to agree with the workers' /metrics")
+    tot = cache["total"]["pool"]
+    check(tot["cached_blocks"] > 0 and tot["hits"] > 0 and 0 < tot["hit_rate"] <= 1,
+          "cluster cache totals: %s" % tot)
+    check(tot["hits"] == sum(w["tiers"]["pool"]["hits"] for w in cache["workers"]),
+          "cluster hits are the sum of the workers'")
+    # the text forms carry the same figures
+    rows = {}
+    for line in cl.ctl("cache").stdout.splitlines()[1:]:
+        f = line.split()
+        rows[(f[0], f[2])] = [int(x) for x in f[3:6]]
+    for w in cache["workers"]:
+        p = w["tiers"]["pool"]
+        check(rows.get((w["id"], "pool")) == [p["cached_blocks"], p["queries"], p["hits"]],
+              "ctl cache text for %s: %s vs %s" % (w["id"], rows.get((w["id"], "pool")), p))
+    check(rows[("(cluster)", "pool")][2] == tot["hits"], "ctl cache text: cluster row")
+    workers = ctl_json(cl, "workers")["workers"]
+    text = cl.ctl("workers").stdout.splitlines()
+    for w in workers:
+        pool = w["cache"]["pool"]["cached_blocks"]
+        check(pool == cl.worker_metric(w["id"], "tandem_kv_cached_blocks", 'tier="pool"'),
+              "ctl workers: %s cached blocks" % w["id"])
+        usage = cl.worker_metric(w["id"], "tandem_kv_cache_usage_perc")
+        check(abs(w["kv_usage"] - usage) < 1e-6 and w["alive"] and not w["draining"],
+              "ctl workers %s: %s (kv usage in /metrics %s)" % (w["id"], w, usage))
+        line = [l for l in text if l.split()[0] == w["id"]]
+        check(line and ("pool=%d" % pool) in line[0] and w["role"] in line[0],
+              "ctl workers text for %s: %s" % (w["id"], line))
+    print("tandem ctl cache: %d cached blocks, %d of %d queried tokens hit (%.0f%%)" %
+          (tot["cached_blocks"], tot["hits"], tot["queries"], 100 * tot["hit_rate"]))
+
+
 def scenario_cache(build):
     """The prefix cache in the workers' pools: the same long prompt twice (through a prefill
     worker) reports every full block but the last as cached, with tokens equal to the first run's
@@ -529,6 +587,7 @@ def scenario_cache(build):
                   "second run: %d cached tokens, want %d" % (second["cached_tokens"], full))
         check(cl.worker_metric("p0", "tandem_prefix_cache_hits_total") >= 2 * full - 1,
               "prefill worker's hit counter")
+        check_ctl_cache(cl)
         # a tenant never sees another tenant's blocks, even for the same prompt
         a = cl.batch([dict(reqs[0], tenant="alpha")])[0]
         b = cl.batch([dict(reqs[0], tenant="beta")])[0]
