@@ -242,6 +242,15 @@ static void on_heartbeat(td_router_t *rt, td_worker_t *w, const Tandem__Heartbea
     w->hb_waiting = l->waiting_sequences;
     w->hb_free = l->free_blocks;
     w->hb_total = l->total_blocks;
+    w->n_hb_cache = TD_MIN(l->n_cache, (size_t)TD_WORKER_MAX_TIERS);
+    for (size_t i = 0; i < w->n_hb_cache; i++) {
+        const Tandem__CacheTier *t = l->cache[i];
+        td_worker_tier_t *c = &w->hb_cache[i];
+        snprintf(c->name, sizeof(c->name), "%s", t->tier ? t->tier : "");
+        c->cached_blocks = t->cached_blocks;
+        c->queries = t->queries;
+        c->hits = t->hits;
+    }
     if (w->m_kv && l->total_blocks)
         td_metric_set(w->m_kv, 1.0 - (double)l->free_blocks / l->total_blocks);
     if (w->m_running)

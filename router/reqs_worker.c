@@ -1,7 +1,7 @@
 /* reqs_worker.c: frames about requests from workers (DecodeAccept, Error, PrefillDone,
- * TokenChunk) and worker failures: a decode worker that is full makes the sequence try the next
- * one or wait; a worker that fails or leaves before the client saw a token gets the sequence
- * retried once on a new pair; otherwise the job fails with a message naming the worker. */
+ * TokenChunk) and worker failures: a decode worker that is full or draining makes the sequence try
+ * the next one or wait; a worker that fails or leaves before the client saw a token gets the
+ * sequence retried once on a new pair; otherwise the job fails with a message naming the worker. */
 #include "reqs_impl.h"
 
 #include "td_error.h"
@@ -85,8 +85,9 @@ static void on_accept(td_router_t *rt, td_worker_t *w, const Tandem__DecodeAccep
     }
 }
 
-/* Worker w refused or failed a sequence. A full decode worker (ENOSPC before it accepted): the
- * next one, else the waiting queue. A failed prefill: retry. Anything else fails the job. */
+/* Worker w refused or failed a sequence. A full or draining decode worker (ENOSPC or EBUSY before
+ * it accepted): the next one, else the waiting queue. A failed prefill: retry. Anything else fails
+ * the job. */
 static void on_error(td_router_t *rt, td_worker_t *w, const Tandem__Error *e)
 {
     td_seq_t *s = td__reqs_find(rt, e->request_id);
@@ -97,8 +98,13 @@ static void on_error(td_router_t *rt, td_worker_t *w, const Tandem__Error *e)
         return;
     }
     const char *msg = e->message && *e->message ? e->message : td_strerror(e->code);
-    if (s->dw == w && s->state == TD_SEQ_ACCEPTING && e->code == TD_ENOSPC) {
-        /* the decode worker is full: another one, else wait */
+    if (s->dw == w && s->state == TD_SEQ_ACCEPTING &&
+        (e->code == TD_ENOSPC || e->code == TD_EBUSY)) {
+        /* the decode worker is full, or draining (drained through another router, or stopping
+         * on SIGTERM) and took no part of the request: another one, else wait. A draining one
+         * stays out of rotation until a heartbeat says it is back. */
+        if (e->code == TD_EBUSY)
+            w->load.draining = true;
         td__reqs_hash_del(rt, s);
         rt->n_running--;
         td_metric_set(rt->m_running_g, (double)rt->n_running);
@@ -117,6 +123,8 @@ static void on_error(td_router_t *rt, td_worker_t *w, const Tandem__Error *e)
     snprintf(full, sizeof(full), "%s worker %s: %s", s->dw == w ? "decode" : "prefill", w->id, msg);
     int status = e->code == TD_EINVAL || e->code == TD_ERANGE ? 400 : 500;
     if (s->pw == w && s->dw != w) {
+        if (e->code == TD_EBUSY)
+            w->load.draining = true; /* the retry goes elsewhere */
         s->pw = NULL;
         s->got_prefill_done = true; /* it sends nothing more */
         td__reqs_retry(rt, s, full);

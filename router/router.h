@@ -74,6 +74,15 @@ typedef struct td_seq td_seq_t;
 
 /* ---- registry ---------------------------------------------------------------------------- */
 
+/* One tier of a worker's prefix cache, as its last heartbeat said (Load.cache). */
+typedef struct td_worker_tier {
+    char name[16];          /* "pool", "disk" */
+    uint64_t cached_blocks; /* blocks held */
+    uint64_t queries, hits; /* prompt tokens looked up / found since the worker started */
+} td_worker_tier_t;
+
+#define TD_WORKER_MAX_TIERS 4 /* tiers kept per worker; a heartbeat's further ones are ignored */
+
 /* One registered worker (it has sent Hello). Freed when it leaves; requests never keep a pointer
  * past td_reqs_worker_gone. */
 struct td_worker {
@@ -93,6 +102,8 @@ struct td_worker {
     bool drain_req;            /* this router sent Drain{on}; heartbeats may lag behind it */
     uint64_t hb_queued_tokens; /* last heartbeat's figures, for status */
     uint32_t hb_running, hb_waiting, hb_free, hb_total;
+    td_worker_tier_t hb_cache[TD_WORKER_MAX_TIERS]; /* [n_hb_cache] */
+    size_t n_hb_cache;
     double last_hb;    /* td_now_s() of the last Hello or heartbeat */
     uint64_t assigned; /* sequences this router placed on it */
     uint32_t holder;   /* its number in the KV index mirror (kvmirror.c) */
@@ -292,6 +303,21 @@ td_worker_t *td_registry_find(td_router_t *rt, const char *id);
 int td_registry_drain(td_router_t *rt, const char *id, bool on);
 /* Whether a decode worker is registered and not draining. */
 bool td_registry_has_decode(const td_router_t *rt);
+
+/* ---- status.c: the router's view for StatusRequest ------------------------------------------ */
+
+/* A StatusResponse and the storage it points into; its strings point into the router's workers
+ * and jobs, so it must be sent before the loop runs again. */
+typedef struct td_status {
+    Tandem__StatusResponse resp;
+    void *mem[8]; /* allocations resp points into */
+} td_status_t;
+
+/* Fill st from the registry (every worker, its last heartbeat and this router's sequences on it)
+ * and, when with_requests, every unfinished sequence, oldest first. 0 or TD_ENOMEM; either way
+ * td_status_free releases it. */
+int td_status_build(td_router_t *rt, bool with_requests, td_status_t *st);
+void td_status_free(td_status_t *st);
 
 /* ---- kvmirror.c: the cluster KV index mirror ------------------------------------------------ */
 

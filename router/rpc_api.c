@@ -1,6 +1,6 @@
 /* rpc_api.c: the internal client RPC (td_rpc, the cluster secret): GenerateRequest streams
  * TokenChunk frames carrying the client's request id; Cancel; TokenizeRequest; StatusRequest
- * (with drain / undrain). Failures are Error frames carrying the request id. */
+ * (with drain / undrain; the response is built by status.c). Failures are Error frames carrying the request id. */
 #include "router.h"
 
 #include "td_error.h"
@@ -322,49 +322,18 @@ static void on_status(rconn_t *rc, const Tandem__StatusRequest *q)
             return;
         }
     }
-    size_t n = rt->n_workers;
-    Tandem__WorkerStatus *ws = td_calloc(n ? n : 1, sizeof(*ws));
-    Tandem__WorkerStatus **wp = td_calloc(n ? n : 1, sizeof(*wp));
-    Tandem__Load *loads = td_calloc(n ? n : 1, sizeof(*loads));
-    if (!ws || !wp || !loads) {
-        td_msg_send_error(rc->conn, q->request_id, TD_ENOMEM, "out of memory");
-        goto out;
+    td_status_t st;
+    int err = td_status_build(rt, q->with_requests, &st);
+    if (err) {
+        td_msg_send_error(rc->conn, q->request_id, err, td_err_msg());
+    } else {
+        st.resp.request_id = q->request_id;
+        Tandem__Frame f = TANDEM__FRAME__INIT;
+        f.body_case = TANDEM__FRAME__BODY_STATUS_RESPONSE;
+        f.status_response = &st.resp;
+        td_rpc_send(rc->conn, &f);
     }
-    double now = td_now_s();
-    for (size_t i = 0; i < n; i++) {
-        const td_worker_t *w = rt->workers[i];
-        tandem__worker_status__init(&ws[i]);
-        tandem__load__init(&loads[i]);
-        loads[i].queued_prefill_tokens = w->hb_queued_tokens;
-        loads[i].running_sequences = w->hb_running;
-        loads[i].waiting_sequences = w->hb_waiting;
-        loads[i].free_blocks = w->hb_free;
-        loads[i].total_blocks = w->hb_total;
-        loads[i].draining = w->load.draining;
-        ws[i].worker_id = w->id;
-        ws[i].role = w->role;
-        ws[i].load = &loads[i];
-        ws[i].alive = w->load.alive && w->conn;
-        ws[i].assigned = w->assigned;
-        ws[i].last_heartbeat_age = now - w->last_hb;
-        wp[i] = &ws[i];
-    }
-    Tandem__StatusResponse resp = TANDEM__STATUS_RESPONSE__INIT;
-    resp.request_id = q->request_id;
-    resp.router_id = (char *)rt->id;
-    resp.model = (char *)rt->model_name;
-    resp.n_workers = n;
-    resp.workers = wp;
-    resp.running = (uint32_t)rt->n_running;
-    resp.waiting = (uint32_t)rt->n_waiting;
-    Tandem__Frame f = TANDEM__FRAME__INIT;
-    f.body_case = TANDEM__FRAME__BODY_STATUS_RESPONSE;
-    f.status_response = &resp;
-    td_rpc_send(rc->conn, &f);
-out:
-    free(ws);
-    free(wp);
-    free(loads);
+    td_status_free(&st);
 }
 
 /* ---- connections --------------------------------------------------------------------------- */

@@ -1,5 +1,5 @@
 /* cmd_ctl.c: `tandem ctl`: talk to a running cluster through a router's internal RPC
- * (td_client.h): status, drain / undrain, generate, batch, tokenize. */
+ * (td_client.h): status, workers, requests, cache, drain / undrain, generate, batch, tokenize. */
 #include "cli.h"
 #include "sampling_flags.h"
 #include "td_client.h"
@@ -25,6 +25,13 @@ static void usage(FILE *out)
             "\n"
             "commands:\n"
             "  status                 workers, their load and heartbeat age\n"
+            "  workers [--json]       one line per worker: role, alive, draining, load (running,\n"
+            "                         waiting, queued prefill tokens), KV usage, this router's\n"
+            "                         sequences on it (IN_FLIGHT), cached blocks per tier\n"
+            "  requests [--json]      sequences in flight on the router: id, state, workers, age,\n"
+            "                         prompt and generated tokens\n"
+            "  cache [--json]         prefix cache per worker and tier: cached blocks, queried and\n"
+            "                         hit prompt tokens, hit rate; the cluster's totals\n"
             "  drain WORKER           the worker takes no new requests; undrain WORKER reverts\n"
             "  tokenize TEXT          token ids of TEXT (with the model's special tokens)\n"
             "  generate [options]     stream one completion; options:\n"
@@ -58,7 +65,7 @@ static const char *role_name(Tandem__Role r)
 static int cmd_status(ctl_t *c, const char *drain, bool undrain)
 {
     Tandem__StatusResponse *st;
-    int rc = td_client_status(c->cl, drain, undrain, c->timeout, &st);
+    int rc = td_client_status(c->cl, drain, undrain, false, c->timeout, &st);
     if (rc)
         return rc;
     printf("router %s  model %s  running %u  waiting %u\n", st->router_id, st->model, st->running,
@@ -73,6 +80,226 @@ static int cmd_status(ctl_t *c, const char *drain, bool undrain)
                l ? l->running_sequences : 0, l ? l->waiting_sequences : 0,
                l ? l->free_blocks : 0, l ? l->total_blocks : 0,
                (unsigned long long)w->assigned, w->last_heartbeat_age);
+    }
+    tandem__status_response__free_unpacked(st, NULL);
+    return 0;
+}
+
+/* ---- workers, requests, cache ---------------------------------------------------------------- */
+
+/* The tier named `name` of a worker's last heartbeat, or NULL. */
+static const Tandem__CacheTier *tier_of(const Tandem__Load *l, const char *name)
+{
+    for (size_t i = 0; l && i < l->n_cache; i++)
+        if (l->cache[i]->tier && !strcmp(l->cache[i]->tier, name))
+            return l->cache[i];
+    return NULL;
+}
+
+/* Share of the KV pool in use, 0..1 (0 before a heartbeat). */
+static double kv_usage(const Tandem__Load *l)
+{
+    return l && l->total_blocks ? 1.0 - (double)l->free_blocks / l->total_blocks : 0.0;
+}
+
+static double hit_rate(uint64_t hits, uint64_t queries)
+{
+    return queries ? (double)hits / (double)queries : 0.0;
+}
+
+static json_object *tier_json(uint64_t blocks, uint64_t queries, uint64_t hits)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "cached_blocks", json_object_new_int64((int64_t)blocks));
+    json_object_object_add(o, "queries", json_object_new_int64((int64_t)queries));
+    json_object_object_add(o, "hits", json_object_new_int64((int64_t)hits));
+    json_object_object_add(o, "hit_rate", json_object_new_double(hit_rate(hits, queries)));
+    return o;
+}
+
+/* {"pool": {...}, "disk": {...}} of one worker. */
+static json_object *tiers_json(const Tandem__Load *l)
+{
+    json_object *o = json_object_new_object();
+    for (size_t i = 0; l && i < l->n_cache; i++) {
+        const Tandem__CacheTier *t = l->cache[i];
+        json_object_object_add(o, t->tier ? t->tier : "",
+                               tier_json(t->cached_blocks, t->queries, t->hits));
+    }
+    return o;
+}
+
+static json_object *worker_json(const Tandem__WorkerStatus *w)
+{
+    const Tandem__Load *l = w->load;
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "id", json_object_new_string(w->worker_id));
+    json_object_object_add(o, "role", json_object_new_string(role_name(w->role)));
+    json_object_object_add(o, "alive", json_object_new_boolean(w->alive));
+    json_object_object_add(o, "draining", json_object_new_boolean(l && l->draining));
+    json_object_object_add(o, "running", json_object_new_int(l ? (int)l->running_sequences : 0));
+    json_object_object_add(o, "waiting", json_object_new_int(l ? (int)l->waiting_sequences : 0));
+    json_object_object_add(o, "queued_prefill_tokens",
+                           json_object_new_int64(l ? (int64_t)l->queued_prefill_tokens : 0));
+    json_object_object_add(o, "free_blocks", json_object_new_int(l ? (int)l->free_blocks : 0));
+    json_object_object_add(o, "total_blocks", json_object_new_int(l ? (int)l->total_blocks : 0));
+    json_object_object_add(o, "kv_usage", json_object_new_double(kv_usage(l)));
+    json_object_object_add(o, "in_flight", json_object_new_int((int)w->in_flight));
+    json_object_object_add(o, "assigned", json_object_new_int64((int64_t)w->assigned));
+    json_object_object_add(o, "heartbeat_age_s", json_object_new_double(w->last_heartbeat_age));
+    json_object_object_add(o, "cache", tiers_json(l));
+    return o;
+}
+
+static void print_json(json_object *o)
+{
+    printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    json_object_put(o);
+}
+
+/* "pool=12 disk=3", or "-" before the worker's first heartbeat with cache figures. */
+static void print_tiers(const Tandem__Load *l)
+{
+    if (!l || !l->n_cache) {
+        printf("-");
+        return;
+    }
+    for (size_t i = 0; i < l->n_cache; i++)
+        printf("%s%s=%llu", i ? " " : "", l->cache[i]->tier,
+               (unsigned long long)l->cache[i]->cached_blocks);
+}
+
+static int cmd_workers(ctl_t *c, bool json)
+{
+    Tandem__StatusResponse *st;
+    int rc = td_client_status(c->cl, NULL, false, false, c->timeout, &st);
+    if (rc)
+        return rc;
+    if (json) {
+        json_object *o = json_object_new_object(), *a = json_object_new_array();
+        json_object_object_add(o, "router", json_object_new_string(st->router_id));
+        json_object_object_add(o, "model", json_object_new_string(st->model));
+        for (size_t i = 0; i < st->n_workers; i++)
+            json_object_array_add(a, worker_json(st->workers[i]));
+        json_object_object_add(o, "workers", a);
+        print_json(o);
+    } else {
+        printf("%-16s %-8s %-5s %-8s %7s %7s %10s %7s %9s  %s\n", "WORKER", "ROLE", "ALIVE",
+               "DRAINING", "RUNNING", "WAITING", "QUEUED_TOK", "KV_USE%", "IN_FLIGHT",
+               "CACHED_BLOCKS");
+        for (size_t i = 0; i < st->n_workers; i++) {
+            const Tandem__WorkerStatus *w = st->workers[i];
+            const Tandem__Load *l = w->load;
+            printf("%-16s %-8s %-5s %-8s %7u %7u %10llu %7.1f %9u  ", w->worker_id,
+                   role_name(w->role), w->alive ? "yes" : "no", l && l->draining ? "yes" : "no",
+                   l ? l->running_sequences : 0, l ? l->waiting_sequences : 0,
+                   l ? (unsigned long long)l->queued_prefill_tokens : 0ULL, 100.0 * kv_usage(l),
+                   w->in_flight);
+            print_tiers(l);
+            printf("\n");
+        }
+    }
+    tandem__status_response__free_unpacked(st, NULL);
+    return 0;
+}
+
+static int cmd_requests(ctl_t *c, bool json)
+{
+    Tandem__StatusResponse *st;
+    int rc = td_client_status(c->cl, NULL, false, true, c->timeout, &st);
+    if (rc)
+        return rc;
+    if (json) {
+        json_object *o = json_object_new_object(), *a = json_object_new_array();
+        json_object_object_add(o, "router", json_object_new_string(st->router_id));
+        json_object_object_add(o, "running", json_object_new_int((int)st->running));
+        json_object_object_add(o, "waiting", json_object_new_int((int)st->waiting));
+        for (size_t i = 0; i < st->n_requests; i++) {
+            const Tandem__RequestStatus *r = st->requests[i];
+            json_object *q = json_object_new_object();
+            json_object_object_add(q, "id", json_object_new_string(r->id));
+            json_object_object_add(q, "index", json_object_new_int((int)r->index));
+            json_object_object_add(q, "state", json_object_new_string(r->state));
+            json_object_object_add(q, "decode_worker", json_object_new_string(r->decode_worker));
+            json_object_object_add(q, "prefill_worker",
+                                   json_object_new_string(r->prefill_worker));
+            json_object_object_add(q, "age_s", json_object_new_double(r->age_s));
+            json_object_object_add(q, "prompt_tokens", json_object_new_int((int)r->prompt_tokens));
+            json_object_object_add(q, "generated_tokens",
+                                   json_object_new_int64((int64_t)r->generated_tokens));
+            json_object_object_add(q, "retries", json_object_new_int((int)r->retries));
+            json_object_array_add(a, q);
+        }
+        json_object_object_add(o, "requests", a);
+        print_json(o);
+    } else {
+        printf("router %s  running %u  waiting %u\n", st->router_id, st->running, st->waiting);
+        printf("%-14s %5s %-10s %-16s %-16s %8s %7s %9s\n", "REQUEST", "INDEX", "STATE", "DECODE",
+               "PREFILL", "AGE_S", "PROMPT", "GENERATED");
+        for (size_t i = 0; i < st->n_requests; i++) {
+            const Tandem__RequestStatus *r = st->requests[i];
+            printf("%-14s %5u %-10s %-16s %-16s %8.2f %7u %9llu\n", r->id, r->index, r->state,
+                   *r->decode_worker ? r->decode_worker : "-",
+                   *r->prefill_worker ? r->prefill_worker : "-", r->age_s, r->prompt_tokens,
+                   (unsigned long long)r->generated_tokens);
+        }
+    }
+    tandem__status_response__free_unpacked(st, NULL);
+    return 0;
+}
+
+static const char *const TIERS[] = {"pool", "disk"};
+#define N_TIERS (sizeof(TIERS) / sizeof(TIERS[0]))
+
+static int cmd_cache(ctl_t *c, bool json)
+{
+    Tandem__StatusResponse *st;
+    int rc = td_client_status(c->cl, NULL, false, false, c->timeout, &st);
+    if (rc)
+        return rc;
+    uint64_t tot[N_TIERS][3] = {{0}}; /* cached blocks, queries, hits */
+    for (size_t i = 0; i < st->n_workers; i++)
+        for (size_t k = 0; k < N_TIERS; k++) {
+            const Tandem__CacheTier *t = tier_of(st->workers[i]->load, TIERS[k]);
+            if (t) {
+                tot[k][0] += t->cached_blocks;
+                tot[k][1] += t->queries;
+                tot[k][2] += t->hits;
+            }
+        }
+    if (json) {
+        json_object *o = json_object_new_object(), *a = json_object_new_array();
+        json_object *total = json_object_new_object();
+        for (size_t i = 0; i < st->n_workers; i++) {
+            const Tandem__WorkerStatus *w = st->workers[i];
+            json_object *x = json_object_new_object();
+            json_object_object_add(x, "id", json_object_new_string(w->worker_id));
+            json_object_object_add(x, "role", json_object_new_string(role_name(w->role)));
+            json_object_object_add(x, "tiers", tiers_json(w->load));
+            json_object_array_add(a, x);
+        }
+        for (size_t k = 0; k < N_TIERS; k++)
+            json_object_object_add(total, TIERS[k], tier_json(tot[k][0], tot[k][1], tot[k][2]));
+        json_object_object_add(o, "workers", a);
+        json_object_object_add(o, "total", total);
+        print_json(o);
+    } else {
+        printf("%-16s %-8s %-5s %13s %14s %14s %8s\n", "WORKER", "ROLE", "TIER", "CACHED_BLOCKS",
+               "QUERY_TOKENS", "HIT_TOKENS", "HIT_RATE");
+        for (size_t i = 0; i < st->n_workers; i++) {
+            const Tandem__WorkerStatus *w = st->workers[i];
+            for (size_t k = 0; w->load && k < w->load->n_cache; k++) {
+                const Tandem__CacheTier *t = w->load->cache[k];
+                printf("%-16s %-8s %-5s %13llu %14llu %14llu %7.1f%%\n", w->worker_id,
+                       role_name(w->role), t->tier, (unsigned long long)t->cached_blocks,
+                       (unsigned long long)t->queries, (unsigned long long)t->hits,
+                       100.0 * hit_rate(t->hits, t->queries));
+            }
+        }
+        for (size_t k = 0; k < N_TIERS; k++)
+            printf("%-16s %-8s %-5s %13llu %14llu %14llu %7.1f%%\n", "(cluster)", "-", TIERS[k],
+                   (unsigned long long)tot[k][0], (unsigned long long)tot[k][1],
+                   (unsigned long long)tot[k][2], 100.0 * hit_rate(tot[k][2], tot[k][1]));
     }
     tandem__status_response__free_unpacked(st, NULL);
     return 0;
@@ -414,8 +641,15 @@ int td_cmd_ctl(int argc, char **argv)
     if (!rc) {
         int nargs = argc - i;
         char **args = argv + i;
+        bool json = nargs == 2 && !strcmp(args[1], "--json");
         if (!strcmp(cmd, "status"))
             rc = cmd_status(&c, NULL, false);
+        else if (!strcmp(cmd, "workers") && (nargs == 1 || json))
+            rc = cmd_workers(&c, json);
+        else if (!strcmp(cmd, "requests") && (nargs == 1 || json))
+            rc = cmd_requests(&c, json);
+        else if (!strcmp(cmd, "cache") && (nargs == 1 || json))
+            rc = cmd_cache(&c, json);
         else if ((!strcmp(cmd, "drain") || !strcmp(cmd, "undrain")) && nargs == 2)
             rc = cmd_status(&c, args[1], !strcmp(cmd, "undrain"));
         else if (!strcmp(cmd, "tokenize") && nargs == 2)

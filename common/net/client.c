@@ -365,13 +365,14 @@ int td_client_tokenize(td_client_t *c, const char *text, bool add_special, const
     return unary(c, &f, t.request_id, timeout_s, (ProtobufCMessage **)out);
 }
 
-int td_client_status(td_client_t *c, const char *drain_worker, bool undrain, double timeout_s,
-                     Tandem__StatusResponse **out)
+int td_client_status(td_client_t *c, const char *drain_worker, bool undrain, bool with_requests,
+                     double timeout_s, Tandem__StatusResponse **out)
 {
     Tandem__StatusRequest s = TANDEM__STATUS_REQUEST__INIT;
     s.request_id = ++c->next_id;
     s.drain_worker = (char *)(drain_worker ? drain_worker : "");
     s.undrain = undrain;
+    s.with_requests = with_requests;
     Tandem__Frame f = TANDEM__FRAME__INIT;
     f.body_case = TANDEM__FRAME__BODY_STATUS;
     f.status = &s;

@@ -47,9 +47,10 @@ int td_client_generate(td_client_t *c, Tandem__GenerateRequest *req, td_client_c
 int td_client_tokenize(td_client_t *c, const char *text, bool add_special, const int32_t *ids,
                        size_t n_ids, double timeout_s, Tandem__TokenizeResponse **out);
 
-/* The router's view of the cluster, after applying a drain (`drain_worker` non-NULL) or undrain.
- * Free with tandem__status_response__free_unpacked. */
-int td_client_status(td_client_t *c, const char *drain_worker, bool undrain, double timeout_s,
-                     Tandem__StatusResponse **out);
+/* The router's view of the cluster, after applying a drain (`drain_worker` non-NULL) or undrain;
+ * with the sequences in flight when `with_requests`. Free with
+ * tandem__status_response__free_unpacked. */
+int td_client_status(td_client_t *c, const char *drain_worker, bool undrain, bool with_requests,
+                     double timeout_s, Tandem__StatusResponse **out);
 
 #endif

@@ -44,9 +44,26 @@ void td_wk_fill_load(td_worker_t *w, Tandem__Load *l)
     double ev = (double)w->pool.evictions - td_metric_value(w->m.evictions);
     if (ev > 0)
         td_metric_add(w->m.evictions, ev);
+    /* the cache tiers, from the same counters /metrics shows */
+    Tandem__CacheTier *t = w->load_tiers;
+    tandem__cache_tier__init(&t[0]);
+    t[0].tier = "pool";
+    t[0].cached_blocks = (uint64_t)w->pool.n_cached;
+    t[0].queries = (uint64_t)td_metric_value(w->m.cache_queries);
+    t[0].hits = (uint64_t)td_metric_value(w->m.cache_hits);
+    w->load_tier_p[0] = &t[0];
+    l->cache = w->load_tier_p;
+    l->n_cache = 1;
     if (w->disk) {
         td_kvdisk_stats_t st;
         td_kvdisk_stats(w->disk, &st);
+        tandem__cache_tier__init(&t[1]);
+        t[1].tier = "disk";
+        t[1].cached_blocks = st.files;
+        t[1].queries = (uint64_t)td_metric_value(w->m.disk_queries);
+        t[1].hits = (uint64_t)td_metric_value(w->m.disk_hits);
+        w->load_tier_p[1] = &t[1];
+        l->n_cache = 2;
         td_metric_set(w->m.disk_files, (double)st.files);
         td_metric_set(w->m.disk_bytes, (double)st.bytes);
         td_metric_set(w->m.disk_enabled, st.enabled);

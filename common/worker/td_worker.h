@@ -250,6 +250,10 @@ struct td_worker {
     int n_routers;
     uv_timer_t hb_timer;
     uint64_t hb_seq;
+    /* Load.cache as td_wk_fill_load last filled it: [0] pool, [1] disk (when w->disk); loop
+     * thread, valid until its next call */
+    Tandem__CacheTier load_tiers[2];
+    Tandem__CacheTier *load_tier_p[2];
     td_wk_seq_t *head, *tail; /* every live sequence, oldest first */
     int n_seqs;
     uint64_t next_id;
@@ -363,7 +367,8 @@ void td_wk_step_finish(td_worker_t *w, int rc, const char *err, double seconds);
 /* Start a client for every address in cfg.routers. 0 or TD_E*. */
 int td_wk_routers_start(td_worker_t *w);
 void td_wk_routers_stop(td_worker_t *w);
-/* Fill `l` from the sequence table and the pool; refreshes the load gauges. */
+/* Fill `l` from the sequence table, the pool and the disk tier; refreshes the load gauges.
+ * l->cache points into w (valid until the next call). */
 void td_wk_fill_load(td_worker_t *w, Tandem__Load *l);
 void td_wk_send_heartbeats(td_worker_t *w);
 /* Send Error{code, msg} for request `req` to rt, if connected. */

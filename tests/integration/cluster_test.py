@@ -26,6 +26,8 @@ Usage: cluster_test.py BUILD_DIR SCENARIO ARCH [MODEL_DIR]
   index             the cluster KV index in Redis and kv_aware placement: a repeated prompt goes
                     to its holder; Redis killed and restarted; a dead worker's lease; a restarted
                     router
+  rolling           every worker in turn drained, stopped and restarted under a steady bench
+                    load (tandem ctl drain / workers / undrain): no request fails
 
 ARCH is deepseek_v3 or llama: MODEL_DIR (written by make_model.py), else mkmodel's tiny preset
 with the real tokenizer of that family written under BUILD_DIR.
@@ -504,6 +506,64 @@ def scenario_preempt(build):
     print("OK: preemption by recompute")
 
 
+def ctl_json(cl, *args):
+    return json.loads(cl.ctl(*(list(args) + ["--json"])).stdout)
+
+
+def check_ctl_cache(cl):
+    """`tandem ctl workers` and `tandem ctl cache` (text and --json) report each worker's cached
+    blocks, queried and hit tokens per tier as its own /metrics does (the heartbeat may lag the
+    metrics by one period, so wait for them to agree), with hits > 0 somewhere."""
+    def metric_tiers(wid):
+        return {t: {"cached_blocks": cl.worker_metric(wid, "tandem_kv_cached_blocks",
+                                                      'tier="%s"' % t),
+                    "queries": cl.worker_metric(wid, "tandem_prefix_cache_queries_total",
+                                                'tier="%s"' % t),
+                    "hits": cl.worker_metric(wid, "tandem_prefix_cache_hits_total",
+                                             'tier="%s"' % t)} for t in ("pool",)}
+
+    def agree():
+        cache = ctl_json(cl, "cache")
+        for w in cache["workers"]:
+            want = metric_tiers(w["id"])
+            got = {t: {k: w["tiers"][t][k] for k in ("cached_blocks", "queries", "hits")}
+                   for t in want if t in w["tiers"]}
+            if got != want:
+                print("ctl cache %s: %s, /metrics %s" % (w["id"], got, want))
+                return None
+        return cache
+    cache = wait_for(agree, 5, "tandem ctl cache to agree with the workers' /metrics")
+    tot = cache["total"]["pool"]
+    check(tot["cached_blocks"] > 0 and tot["hits"] > 0 and 0 < tot["hit_rate"] <= 1,
+          "cluster cache totals: %s" % tot)
+    check(tot["hits"] == sum(w["tiers"]["pool"]["hits"] for w in cache["workers"]),
+          "cluster hits are the sum of the workers'")
+    # the text forms carry the same figures
+    rows = {}
+    for line in cl.ctl("cache").stdout.splitlines()[1:]:
+        f = line.split()
+        rows[(f[0], f[2])] = [int(x) for x in f[3:6]]
+    for w in cache["workers"]:
+        p = w["tiers"]["pool"]
+        check(rows.get((w["id"], "pool")) == [p["cached_blocks"], p["queries"], p["hits"]],
+              "ctl cache text for %s: %s vs %s" % (w["id"], rows.get((w["id"], "pool")), p))
+    check(rows[("(cluster)", "pool")][2] == tot["hits"], "ctl cache text: cluster row")
+    workers = ctl_json(cl, "workers")["workers"]
+    text = cl.ctl("workers").stdout.splitlines()
+    for w in workers:
+        pool = w["cache"]["pool"]["cached_blocks"]
+        check(pool == cl.worker_metric(w["id"], "tandem_kv_cached_blocks", 'tier="pool"'),
+              "ctl workers: %s cached blocks" % w["id"])
+        usage = cl.worker_metric(w["id"], "tandem_kv_cache_usage_perc")
+        check(abs(w["kv_usage"] - usage) < 1e-6 and w["alive"] and not w["draining"],
+              "ctl workers %s: %s (kv usage in /metrics %s)" % (w["id"], w, usage))
+        line = [l for l in text if l.split()[0] == w["id"]]
+        check(line and ("pool=%d" % pool) in line[0] and w["role"] in line[0],
+              "ctl workers text for %s: %s" % (w["id"], line))
+    print("tandem ctl cache: %d cached blocks, %d of %d queried tokens hit (%.0f%%)" %
+          (tot["cached_blocks"], tot["hits"], tot["queries"], 100 * tot["hit_rate"]))
+
+
 def scenario_cache(build):
     """The prefix cache in the workers' pools: the same long prompt twice (through a prefill
     worker) reports every full block but the last as cached, with tokens equal to the first run's
@@ -529,6 +589,7 @@ def scenario_cache(build):
                   "second run: %d cached tokens, want %d" % (second["cached_tokens"], full))
         check(cl.worker_metric("p0", "tandem_prefix_cache_hits_total") >= 2 * full - 1,
               "prefill worker's hit counter")
+        check_ctl_cache(cl)
         # a tenant never sees another tenant's blocks, even for the same prompt
         a = cl.batch([dict(reqs[0], tenant="alpha")])[0]
         b = cl.batch([dict(reqs[0], tenant="beta")])[0]
@@ -832,6 +893,90 @@ def scenario_index(build):
     print("OK: cluster KV index")
 
 
+def scenario_rolling(build):
+    """A rolling restart under load: router + 2 prefill + 2 decode workers serve `tandem bench`
+    at a steady low rate while every worker in turn is drained (`tandem ctl drain`), waited for
+    until `tandem ctl workers` shows it idle (no running or waiting sequences on it, none of the
+    router's in flight), stopped with SIGTERM, started again with the same id and undrained once
+    registered. The bench then reports every request completed and none failed."""
+    model, cfg = make_model(build, "deepseek_v3")
+    cl = C.Cluster(build, model, n_prefill=2, n_decode=2,
+                   router_args=["--placement.local_prefill_tokens", "0"])
+    try:
+        d = tempfile.mkdtemp(prefix="tandem-rolling-")
+        out = os.path.join(d, "rolling.json")
+        rate, duration = 6, 40
+        argv = [os.path.join(build, "tools", "tandem"), "bench", "--base-url", cl.http,
+                "--backend", "openai", "--model", os.path.basename(model), "--tokenizer", model,
+                "--random-input-len", "40", "--random-output-len", "48",
+                "--random-range-ratio", "0.5", "--ignore-eos", "--request-rate", str(rate),
+                "--burstiness", "inf", "--duration", str(duration), "--seed", "3",
+                "--save-detailed", "--result-file", out, "--no-progress"]
+        bench = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen_requests = []
+        busy_decode = []  # the router's sequences on each decode worker just before its drain
+
+        def workers():
+            return {w["id"]: w for w in ctl_json(cl, "workers")["workers"]}
+
+        def idle(wid):
+            rq = ctl_json(cl, "requests")["requests"]
+            if rq:
+                seen_requests.append(rq)
+            w = workers().get(wid)
+            return w and w["draining"] and w["running"] == 0 and w["waiting"] == 0 and \
+                w["in_flight"] == 0 and not any(wid in (r["decode_worker"], r["prefill_worker"])
+                                                for r in rq)
+
+        time.sleep(2)  # requests in flight before the first drain
+        for wid in ("p0", "d0", "p1", "d1"):
+            role = "prefill" if wid.startswith("p") else "decode"
+            t_start = time.monotonic()
+            # drain it while it holds the router's sequences (a decode worker always gets there
+            # under this load; a prefill worker's prompts are short, so it may be caught idle)
+            busy = wait_for(lambda: workers()[wid]["in_flight"] > 0 or
+                            (role == "prefill" and time.monotonic() - t_start > 5), 20,
+                            "%s to hold sequences" % wid) and workers()[wid]["in_flight"]
+            if role == "decode":
+                busy_decode.append(busy)
+            t0 = time.monotonic()
+            cl.ctl("drain", wid)
+            wait_for(lambda: idle(wid), 30, "%s to finish its sequences after drain" % wid)
+            t_idle = time.monotonic()
+            rc = cl.workers[wid].stop()
+            check(rc == 0, "%s exited %s after SIGTERM" % (wid, rc))
+            cl.add_worker(role, wid)
+            wait_for(lambda: workers().get(wid, {}).get("alive"), 10, "%s to register" % wid)
+            cl.ctl("undrain", wid)
+            check(not workers()[wid]["draining"], "%s still draining after undrain" % wid)
+            print("%s: drained with %d sequences in flight, idle in %.2f s, restarted and back in "
+                  "%.2f s" % (wid, busy, t_idle - t0, time.monotonic() - t_idle))
+            check(bench.poll() is None, "the bench ended before %s was restarted" % wid)
+        so, se = bench.communicate(timeout=duration + 120)
+        check(bench.returncode == 0, "tandem bench failed (%d):\n%s" % (bench.returncode, se))
+        with open(out) as f:
+            res = json.load(f)
+        want = rate * duration
+        errors = [e for e in res.get("errors", []) if e]
+        print("rolling restart under load: %d of %d completed, %d failed %s" %
+              (res["completed"], want, res.get("failed", 0), errors[:3]))
+        check(res.get("failed", 0) == 0 and res["completed"] == want,
+              "%s completed, %s failed: %s" % (res["completed"], res.get("failed"), errors[:5]))
+        check(all(busy_decode), "a decode worker was drained idle: %s" % busy_decode)
+        # the router listed its requests with their state and workers while they ran
+        flat = [r for rq in seen_requests for r in rq]
+        check(flat and all(r["id"].startswith("r-") and r["state"] in
+                           ("new", "waiting", "accepting", "running") for r in flat),
+              "tandem ctl requests: %s" % flat[:3])
+        check(any(r["state"] == "running" and r["decode_worker"] for r in flat),
+              "no running request with its decode worker: %s" % flat[:3])
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    print("OK: rolling restart of every worker under load, no request failed")
+
+
 def scenario_shutdown(build):
     model, cfg = make_model(build, "deepseek_v3")
     cl = C.Cluster(build, model, n_prefill=1, n_decode=1)
@@ -881,6 +1026,8 @@ def main():
         scenario_disk(build)
     elif scen == "index":
         scenario_index(build)
+    elif scen == "rolling":
+        scenario_rolling(build)
     else:
         fail("unknown scenario " + scen)
 

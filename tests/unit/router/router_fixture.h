@@ -123,6 +123,7 @@ typedef enum fw_mode {
     FW_ACCEPT, /* decode: DecodeAccept, then the canned tokens (if any); prefill: PrefillDone */
     FW_HOLD,   /* decode: DecodeAccept and nothing more; prefill: never PrefillDone */
     FW_ENOSPC, /* decode: Error{ENOSPC} for every DecodeTask */
+    FW_BUSY,   /* decode: Error{EBUSY} (draining, or stopping) for every DecodeTask */
 } fw_mode_t;
 
 typedef struct fw {
@@ -185,11 +186,11 @@ static inline void fw_decode_task(fw_t *w, const Tandem__DecodeTask *t)
     if (w->decode_tasks <= 8)
         w->firsts[w->decode_tasks - 1] = w->task_first;
     Tandem__Frame f = TANDEM__FRAME__INIT;
-    if (w->mode == FW_ENOSPC) {
+    if (w->mode == FW_ENOSPC || w->mode == FW_BUSY) {
         Tandem__Error e = TANDEM__ERROR__INIT;
         e.request_id = t->request_id;
-        e.code = TD_ENOSPC;
-        e.message = "no free KV blocks";
+        e.code = w->mode == FW_ENOSPC ? TD_ENOSPC : TD_EBUSY;
+        e.message = w->mode == FW_ENOSPC ? "no free KV blocks" : "worker is draining";
         f.body_case = TANDEM__FRAME__BODY_ERROR;
         f.error = &e;
         fw_send(w, &f);

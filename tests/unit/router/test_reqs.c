@@ -45,6 +45,33 @@ START_TEST(test_enospc_tries_next_decode)
 }
 END_TEST
 
+/* A decode worker that is draining (drained through another router, or stopping on SIGTERM)
+ * refuses a DecodeTask the router sent before it heard: the sequence goes to another worker, and
+ * the router takes the refusing one out of rotation until a heartbeat says otherwise. */
+START_TEST(test_draining_decode_tries_next)
+{
+    fx_t x;
+    fx_start(&x);
+    fw_t busy, room;
+    fw_start(&x, &busy, "d-busy", DEC, FW_BUSY); /* registered first: round robin asks it first */
+    fw_start(&x, &room, "d-room", DEC, FW_ACCEPT);
+    room.tokens[0] = 0, room.n_tokens = 1, room.finish = true;
+    for (int i = 0; i < 3; i++) {
+        rec_t r;
+        ck_assert_int_eq(rec_start(&x, &r, 3 + i), 0);
+        ck_assert(fx_run_until(&x, rec_ended_cond, &r, 5000));
+        ck_assert_msg(r.done, "job %d failed: %d %s", i, r.status, r.msg);
+        ck_assert_str_eq(r.text, "a");
+    }
+    ck_assert_int_eq(busy.decode_tasks, 1); /* refused once, then out of rotation */
+    ck_assert_int_eq(room.decode_tasks, 3);
+    ck_assert_uint_eq(x.rt.n_running, 0);
+    fw_stop(&busy);
+    fw_stop(&room);
+    fx_stop(&x);
+}
+END_TEST
+
 START_TEST(test_enospc_everywhere_waits)
 {
     fx_t x;
@@ -305,6 +332,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_enospc_tries_next_decode);
     tcase_add_test(tc, test_enospc_everywhere_waits);
+    tcase_add_test(tc, test_draining_decode_tries_next);
     tcase_add_test(tc, test_worker_gone_retries_once);
     tcase_add_test(tc, test_worker_gone_retry_succeeds);
     tcase_add_test(tc, test_worker_gone_after_tokens_fails);
