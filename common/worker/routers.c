@@ -167,6 +167,10 @@ static void on_ready(td_rpc_conn_t *c, void *ud)
     td_rpc_send(c, &f);
     td_wk_send_heartbeats(w);
     TD_LOG_I("registered with router %s", rt->addr);
+    if (!w->ready_sent) {
+        w->ready_sent = true;
+        td_daemon_ready(w->daemon, "serving");
+    }
 }
 
 static void on_close(td_rpc_conn_t *c, int status, void *ud)

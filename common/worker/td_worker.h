@@ -230,6 +230,7 @@ struct td_worker {
     td_wk_cfg_t cfg;
     uv_loop_t *loop;
     td_daemon_t *daemon;
+    bool ready_sent; /* READY=1 told systemd: once, at the first registration (routers.c) */
     uint8_t *secret;
     size_t secret_len;
     char model_name[256];

@@ -210,7 +210,9 @@ int td_worker_main(const td_worker_role_t *role, int argc, char **argv)
                w->cfg.id, td_http_port(w->http), w->pool.n_blocks, w->layout.block_bytes,
                w->sim ? "SIMULATED" : "cpu");
         fflush(stdout);
-        td_daemon_ready(w->daemon, "serving");
+        /* READY=1 comes with the first registration (routers.c): until then `systemctl start`
+         * waits and the unit is "activating" with this status */
+        td_daemon_status(w->daemon, "model loaded; registering with %s", w->cfg.routers);
         TD_LOG_I("%s worker %s ready: model %s, %d KV blocks of %d tokens", role->name,
                  w->cfg.id, w->model_name, w->pool.n_blocks, w->layout.block_size);
         uv_run(&loop, UV_RUN_DEFAULT);
