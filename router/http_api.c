@@ -578,6 +578,9 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
                                         : "cmpl-");
     h->ctx.kind = kind;
     h->ctx.id = h->id;
+    td_job_set_client(j, kind == TD_API_CHAT ? "chat" : kind == TD_API_MESSAGES ? "messages"
+                                                                                : "completions",
+                      h->id, (size_t)n);
     h->ctx.model = rt->model_name;
     h->ctx.created = (int64_t)time(NULL);
     h->ctx.include_usage = h->api.include_usage;

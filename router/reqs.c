@@ -7,7 +7,9 @@
 #include "td_log.h"
 #include "td_util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- the id table ------------------------------------------------------------------------ */
 
@@ -108,6 +110,81 @@ void td__reqs_job_unlink(td_router_t *rt, td_job_t *j)
     }
 }
 
+/* Append `id` to the comma-separated list `out` (size `cap`) unless it is empty or already there. */
+static void add_worker(char *out, size_t cap, const char *id)
+{
+    size_t n = strlen(id), len = strlen(out);
+    if (!n)
+        return;
+    for (const char *p = out; (p = strstr(p, id)) != NULL; p += n)
+        if ((p == out || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return;
+    snprintf(out + len, cap - len, "%s%s", len ? "," : "", id);
+}
+
+/* The one line logged for every request that ends (INFO): both ids, the outcome (`http_status`
+ * 0: ok, with the first sequence's finish reason; else the status and `err`), usage as the
+ * client's response counts it, the workers of the last attempt, TTFT and end-to-end seconds. */
+static void log_end(const td_job_t *j, int http_status, const char *err)
+{
+    if (!td_log_enabled(TD_LOG_INFO))
+        return;
+    uint64_t prompt = 0, cached = 0, completion = 0;
+    char dws[256] = "", pws[256] = "", status[16], ttft[32] = "", e2e[32];
+    char ps[24], cs[24], gs[24], ns[24];
+    double t_first = 0;
+    for (size_t i = 0; i < j->n_seqs; i++) {
+        const td_seq_t *s = &j->seqs[i];
+        if (i % j->n_choices == 0) {
+            prompt += s->prompt_tokens;
+            cached += s->cached_tokens;
+        }
+        completion += s->completion_tokens ? s->completion_tokens : s->n_tokens;
+        add_worker(dws, sizeof(dws), s->log_dw);
+        add_worker(pws, sizeof(pws), s->log_pw);
+        if (s->t_first > 0 && (t_first == 0 || s->t_first < t_first))
+            t_first = s->t_first;
+    }
+    if (http_status)
+        snprintf(status, sizeof(status), "%d", http_status);
+    else
+        snprintf(status, sizeof(status), "ok");
+    if (t_first > 0)
+        snprintf(ttft, sizeof(ttft), "%.4f", t_first - j->t_arrival);
+    snprintf(e2e, sizeof(e2e), "%.4f", td_now_s() - j->t_arrival);
+    snprintf(ps, sizeof(ps), "%llu", (unsigned long long)prompt);
+    snprintf(cs, sizeof(cs), "%llu", (unsigned long long)cached);
+    snprintf(gs, sizeof(gs), "%llu", (unsigned long long)completion);
+    snprintf(ns, sizeof(ns), "%zu", j->n_seqs);
+    const char *finish = j->seqs[0].finish == TD_RESP_LENGTH ? "length" : "stop";
+    const char *kv[40];
+    size_t k = 0;
+#define KV(key, val)                                                                               \
+    do {                                                                                           \
+        kv[k++] = (key);                                                                           \
+        kv[k++] = (val);                                                                           \
+    } while (0)
+    KV("id", j->client_id);
+    KV("api", j->front ? j->front : "");
+    KV("status", status);
+    if (http_status)
+        KV("error", err ? err : "");
+    else
+        KV("finish", finish);
+    KV("prompt_tokens", ps);
+    KV("cached_tokens", cs);
+    KV("completion_tokens", gs);
+    KV("n", ns);
+    KV("decode", dws);
+    KV("prefill", pws);
+    if (ttft[0])
+        KV("ttft_s", ttft);
+    KV("e2e_s", e2e);
+#undef KV
+    kv[k] = NULL;
+    td_log_kv(TD_LOG_INFO, j->log_id, kv, http_status ? "request failed" : "request done");
+}
+
 void td__reqs_job_fail(td_job_t *j, int http_status, int code, const char *msg)
 {
     td_router_t *rt = j->rt;
@@ -119,7 +196,7 @@ void td__reqs_job_fail(td_job_t *j, int http_status, int code, const char *msg)
             td__reqs_detach(rt, &j->seqs[i], true);
     td__reqs_job_unlink(rt, j);
     td_metric_add(rt->m_ok_abort, 1);
-    td_logf(http_status == 499 ? TD_LOG_DEBUG : TD_LOG_INFO, j->log_id, "request failed: %s", msg);
+    log_end(j, http_status, msg);
     j->ops->fail(j, http_status, code, msg);
 }
 
@@ -132,6 +209,7 @@ void td__reqs_job_maybe_done(td_job_t *j)
     td__reqs_job_unlink(rt, j);
     double now = td_now_s();
     td_metric_observe(rt->m_e2e, now - j->t_arrival);
+    log_end(j, 0, NULL);
     j->ops->done(j);
 }
 

@@ -26,6 +26,7 @@ td_job_t *td_job_new(td_router_t *rt, const td_job_ops_t *ops, void *ud, size_t 
     j->ud = ud;
     j->n_seqs = n_seqs;
     j->t_arrival = td_now_s();
+    j->n_choices = 1;
     td_sampling_defaults(&j->sp);
     j->sp.temperature = 1;
     for (size_t i = 0; i < n_seqs; i++) {
@@ -64,6 +65,13 @@ int td_job_set_tenant(td_job_t *j, const void *tenant, size_t len)
     memcpy(j->tenant, tenant, len);
     j->tenant_len = len;
     return 0;
+}
+
+void td_job_set_client(td_job_t *j, const char *front, const char *client_id, size_t n_choices)
+{
+    j->front = front;
+    snprintf(j->client_id, sizeof(j->client_id), "%s", client_id ? client_id : "");
+    j->n_choices = n_choices ? n_choices : 1;
 }
 
 int td_job_set_stop(td_job_t *j, char *const *stop, size_t n)

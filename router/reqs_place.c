@@ -9,6 +9,7 @@
 #include "td_msg.h"
 #include "td_util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -223,9 +224,13 @@ int td__reqs_place(td_router_t *rt, td_seq_t *s)
         td__reqs_hash_add(rt, s);
         s->dw = d;
         s->pw = NULL;
+        snprintf(s->log_dw, sizeof(s->log_dw), "%s", d->id);
+        s->log_pw[0] = '\0';
         s->got_prefill_done = false;
         s->local_cached = td_kvmirror_cached(rt, s, d);
         s->local = local_on(rt, s, d, s->local_cached);
+        if (s->local)
+            snprintf(s->log_pw, sizeof(s->log_pw), "local");
         Tandem__Sampling sp;
         td_msg_sampling_to_proto(&s->job->sp, s->seed, &sp);
         Tandem__DecodeTask t = TANDEM__DECODE_TASK__INIT;

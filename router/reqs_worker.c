@@ -78,6 +78,7 @@ static void on_accept(td_router_t *rt, td_worker_t *w, const Tandem__DecodeAccep
     f.body_case = TANDEM__FRAME__BODY_PREFILL_TASK;
     f.prefill_task = &t;
     s->pw = p;
+    snprintf(s->log_pw, sizeof(s->log_pw), "%s", p->id);
     p->assigned++;
     if (td__reqs_send(p, &f) != 0) {
         s->pw = NULL;

@@ -230,6 +230,8 @@ struct td_seq {
     uint64_t dw_hb, pw_hb;    /* the workers' n_hb when s was placed on them */
     td_resp_finish_t finish;
     double t_placed, t_first, t_last; /* td_now_s() stamps */
+    char log_dw[64], log_pw[64]; /* for the end-of-request log: the workers of the last attempt
+                                    (log_pw "local": prefilled on the decode worker), "" none */
 };
 
 struct td_job {
@@ -237,6 +239,9 @@ struct td_job {
     const td_job_ops_t *ops;
     void *ud;        /* the front end's state */
     char log_id[32]; /* "r-<first seq id>" for logs */
+    const char *front;  /* static: "completions", "chat", "messages", "rpc"; NULL until set */
+    char client_id[64]; /* the id the client sees (response id, RPC request id); "" until set */
+    size_t n_choices;   /* sequences per prompt, >= 1: the log counts each prompt once */
     td_seq_t *seqs;  /* [n_seqs] */
     size_t n_seqs;
     size_t n_done;
@@ -264,6 +269,10 @@ td_job_t *td_job_new(td_router_t *rt, const td_job_ops_t *ops, void *ud, size_t 
 int td_job_set_prompt(td_job_t *j, int idx, const int32_t *ids, size_t n, uint64_t seed);
 /* Copy the tenant (the salt of the request's KV block hashes). 0 or TD_ENOMEM. */
 int td_job_set_tenant(td_job_t *j, const void *tenant, size_t len);
+/* Name the job for the one line logged when it ends: its front end (`front`, a static string),
+ * the id the client sees (copied, truncated to 63 bytes) and the choices per prompt (usage
+ * counts each prompt once, as the response's does). */
+void td_job_set_client(td_job_t *j, const char *front, const char *client_id, size_t n_choices);
 /* Copy the stop strings. 0 or TD_ENOMEM. */
 int td_job_set_stop(td_job_t *j, char *const *stop, size_t n);
 /* Place every sequence (or queue it). 0, or TD_EBUSY when the waiting queue is full or the router

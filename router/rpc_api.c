@@ -248,6 +248,9 @@ static void on_generate(rconn_t *rc, const Tandem__GenerateRequest *g)
         td_job_set_prompt(j, 0, t.ids, t.len, p.seed) ||
         td_job_set_stop(j, g->stop, g->n_stop))
         goto oom;
+    char cid[24];
+    snprintf(cid, sizeof(cid), "%llu", (unsigned long long)g->request_id);
+    td_job_set_client(j, "rpc", cid, 1);
     int src = td_job_start(j);
     if (src) {
         snprintf(msg, sizeof(msg), "%s", td_err_msg());

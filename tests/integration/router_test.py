@@ -183,6 +183,31 @@ def openai_stream_text(events, index=0):
     return out
 
 
+LOGFMT_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+def log_fields(line):
+    """The fields of one router log line, logfmt or JSON, as a dict of strings."""
+    line = re.sub(r"^<\d>", "", line.strip())
+    if line.startswith("{"):
+        try:
+            return {k: str(v) for k, v in json.loads(line).items()}
+        except ValueError:
+            return {}
+    return {k: (json.loads(v) if v.startswith('"') else v) for k, v in LOGFMT_FIELD.findall(line)}
+
+
+def request_lines(rt):
+    """The fields of every finished-request line the router logged."""
+    return [f for f in map(log_fields, rt.stderr().splitlines())
+            if f.get("msg") in ("request done", "request failed")]
+
+
+def request_line(rt, req):
+    """The finished-request line of router id `req`, or None."""
+    return next((f for f in request_lines(rt) if f.get("req") == req), None)
+
+
 def tokenize(rt, text):
     st, js, _, _ = rt.post("/tokenize", {"prompt": text, "add_special_tokens": False})
     check(st == 200, "tokenize")
@@ -232,6 +257,16 @@ def sc_routing():
     check("decode=d1" in pl and "blob=8" in pl and "blocks=4" in pl and
           "dreq=%d" % (rid + 1000000) in pl, "PrefillTask fields: %s" % pl)
     p.wait_line(r"prefill_done id=%d status=0" % rid)
+    # the router logs one line per finished request: both ids, outcome, usage, workers, times
+    ln = wait_until(lambda: request_line(rt, "r-%d" % rid), 5, "request line for r-%d" % rid)
+    check(ln.get("id") == js["id"] and ln.get("api") == "completions" and
+          ln.get("status") == "ok" and ln.get("finish") == "stop" and
+          ln.get("prompt_tokens") == str(js["usage"]["prompt_tokens"]) and
+          ln.get("cached_tokens") == str(js["usage"]["prompt_tokens_details"]["cached_tokens"]) and
+          ln.get("completion_tokens") == str(js["usage"]["completion_tokens"]) and
+          ln.get("decode") == "d1" and ln.get("prefill") == "p1" and
+          float(ln.get("ttft_s", -1)) >= 0 and float(ln["e2e_s"]) >= float(ln["ttft_s"]),
+          "request line %r for %r" % (ln, js))
 
     # SSE chat: role chunk with the first token, no usage chunk, [DONE] last
     st, raw, ev = rt.sse("/v1/chat/completions",
@@ -388,6 +423,12 @@ def sc_routing():
     text = "".join(re.search(r"text=(.*)$", l).group(1) for l in chunks)
     check(text == "Hello world, this is ", "rpc text %r" % text)
     check(re.search(r"finish=1 prompt=2 completion=\d+", chunks[-1]), "last chunk: finish+usage")
+    ln = wait_until(lambda: [f for f in request_lines(rt) if f.get("api") == "rpc"], 5,
+                    "request line for the RPC generate")[-1]
+    check(ln.get("id") == "77" and re.match(r"r-\d+$", ln.get("req", "")) and
+          ln.get("status") == "ok" and ln.get("prefill") == "local" and
+          ln.get("prompt_tokens") == "2" and ln.get("completion_tokens", "0") != "0",
+          "RPC request line %r" % ln)
     n_tasks = len(d.has("^decode_task"))
     rc, out = rt.client("--generate", "x", "--messages",
                         json.dumps([{"role": "user", "content": "hi"}]), "--max", "3")
@@ -462,10 +503,18 @@ def sc_api_key():
 
 def sc_vllm_names():
     """metrics.vllm_names: the request metrics under vLLM's exact names with model_name."""
-    rt = Router("vllm", "--metrics.vllm_names=true", "--served_model_name", 'm"1')
+    rt = Router("vllm", "--metrics.vllm_names=true", "--served_model_name", 'm"1',
+                "--log.format", "json")
     rt.worker("d1", "decode", "--tokens", ids_arg(tokenize(rt, CANNED)))
     st, js, _, _ = rt.post("/v1/completions", {"prompt": "hi", "max_tokens": 50})
     check(st == 200, "completion")
+    # log.format=json: the request line's fields are JSON fields
+    ln = wait_until(lambda: request_lines(rt), 5, "a JSON request line")[-1]
+    check(ln.get("id") == js["id"] and ln.get("status") == "ok" and
+          ln.get("prompt_tokens") == str(js["usage"]["prompt_tokens"]) and
+          ln.get("completion_tokens") == str(js["usage"]["completion_tokens"]) and
+          ln.get("decode") == "d1" and "cached_tokens" in ln and "e2e_s" in ln,
+          "JSON request line %r" % ln)
     st, _, raw, _ = rt.request("GET", "/metrics")
     m = raw.decode()
     check(promcheck.problems(m) == [], "exposition format: %s" % promcheck.problems(m))
