@@ -416,7 +416,8 @@ static int cmd_generate(ctl_t *c, int argc, char **argv)
             free(g.prompt_ids);
             g.prompt_ids = NULL;
             g.r.n_tokens = 0;
-            rc = td_sampling_flags_parse_ids("--prompt-ids", optarg, &g.prompt_ids, &g.r.n_tokens);
+            rc = td_sampling_flags_parse_ids("--prompt-ids", optarg, false, &g.prompt_ids,
+                                             &g.r.n_tokens);
             g.r.tokens = g.prompt_ids;
             break;
         case O_STOP:

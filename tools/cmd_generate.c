@@ -92,7 +92,7 @@ static int parse_args(int argc, char **argv, gen_args_t *a)
         case O_IDS:
             free(a->prompt_ids);
             a->prompt_ids = NULL;
-            rc = td_sampling_flags_parse_ids("--prompt-ids", optarg, &a->prompt_ids, &n);
+            rc = td_sampling_flags_parse_ids("--prompt-ids", optarg, false, &a->prompt_ids, &n);
             a->n_prompt = rc ? 0 : (int)n;
             break;
         case O_THREADS:

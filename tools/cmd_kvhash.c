@@ -1,6 +1,7 @@
 /* cmd_kvhash.c: `tandem kvhash`: print a prompt's hash version 1 block hashes (td_kvhash.h), the
  * keys of the KV cache tiers and of the cluster KV index, for a layout fingerprint or a model. */
 #include "cli.h"
+#include "sampling_flags.h"
 #include "td_error.h"
 #include "td_kv.h"
 #include "td_kvhash.h"
@@ -34,78 +35,13 @@ static void kvhash_usage(FILE *out)
         TD_KVHASH_VERSION);
 }
 
-static int unhex(const char *s, uint8_t *out, size_t n)
-{
-    size_t len = strlen(s);
-    if (len != 2 * n)
-        return -1;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        int v = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
-        if (v < 0)
-            return -1;
-        if (i % 2 == 0)
-            out[i / 2] = (uint8_t)(v << 4);
-        else
-            out[i / 2] |= (uint8_t)v;
-    }
-    return 0;
-}
-
-/* Parse "1,2,-3" strictly into a new array (*out, caller frees): every element a decimal int32,
- * no empty elements; "" is no ids. 0, or TD_EINVAL / TD_ERANGE / TD_ENOMEM with td_err_msg naming
- * --ids and the element. */
+/* Parse "1,2,-3" strictly into a new array (*out, caller frees): the shared id parser with raw
+ * int32 ids (hashes cover any id); "" is no ids. 0, or TD_EINVAL / TD_ENOMEM naming --ids. */
 static int parse_ids(const char *s, int32_t **out, size_t *n)
 {
     *out = NULL;
     *n = 0;
-    if (!*s)
-        return 0;
-    size_t cap = 1;
-    for (const char *p = s; *p; p++)
-        cap += *p == ',';
-    int32_t *ids = td_calloc(cap, sizeof(int32_t));
-    if (!ids)
-        return TD_ENOMEM;
-    char *copy = td_strdup(s);
-    if (!copy) {
-        free(ids);
-        return TD_ENOMEM;
-    }
-    int rc = 0;
-    char *p = copy;
-    for (size_t i = 0; i < cap; i++) {
-        char *comma = strchr(p, ',');
-        if (comma)
-            *comma = '\0';
-        int64_t v;
-        if (!*p) {
-            rc = td_err_set(TD_EINVAL, "--ids: element %zu is empty (in \"%s\")", i + 1, s);
-            break;
-        }
-        if (strspn(p + (*p == '-'), "0123456789") != strlen(p + (*p == '-')) ||
-            td_parse_i64(p, &v) != 0) {
-            rc = td_err_set(TD_EINVAL, "--ids: element %zu \"%s\" is not an integer", i + 1, p);
-            break;
-        }
-        if (v < INT32_MIN || v > INT32_MAX) {
-            rc = td_err_set(TD_ERANGE, "--ids: element %zu (%s) is outside int32", i + 1, p);
-            break;
-        }
-        ids[i] = (int32_t)v;
-        p = comma ? comma + 1 : p + strlen(p);
-    }
-    free(copy);
-    if (rc) {
-        free(ids);
-        return rc;
-    }
-    *out = ids;
-    *n = cap;
-    return 0;
+    return *s ? td_sampling_flags_parse_ids("--ids", s, true, out, n) : 0;
 }
 
 typedef struct kvhash_args {
@@ -164,7 +100,7 @@ static int parse_args(int argc, char **argv, kvhash_args_t *a)
 static int fingerprint_of(const kvhash_args_t *a, int64_t block_size, uint8_t fp[16])
 {
     if (a->fingerprint) {
-        if (unhex(a->fingerprint, fp, 16) != 0)
+        if (strlen(a->fingerprint) != 32 || td_hex_decode(a->fingerprint, 32, fp) != 0)
             return td_err_set(TD_EINVAL, "--fingerprint: \"%s\" is not 32 hex digits",
                               a->fingerprint);
         return 0;
@@ -199,7 +135,8 @@ int td_cmd_kvhash(int argc, char **argv)
     size_t salt_len = a.tenant ? strlen(a.tenant) : 0;
     if (a.tenant_hex) {
         salt_len = strlen(a.tenant_hex) / 2;
-        if (salt_len > sizeof(salt_hex) || unhex(a.tenant_hex, salt_hex, salt_len) != 0) {
+        if (salt_len > sizeof(salt_hex) || strlen(a.tenant_hex) % 2 ||
+            td_hex_decode(a.tenant_hex, 2 * salt_len, salt_hex) != 0) {
             fprintf(stderr, "tandem kvhash: --tenant-hex: \"%s\" is not hex bytes (at most %zu)\n",
                     a.tenant_hex, sizeof(salt_hex));
             return 2;

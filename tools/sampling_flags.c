@@ -60,7 +60,7 @@ int td_sampling_flags_apply(int opt, const char *arg, td_sampling_t *sp)
             return td_err_set(TD_EINVAL, "--seed: \"%s\" is not an unsigned integer", arg);
         return 0;
     case TD_SAMPLING_FLAG_STOP_IDS:
-        if ((rc = td_sampling_flags_parse_ids("--stop-ids", arg, &ids, &n)))
+        if ((rc = td_sampling_flags_parse_ids("--stop-ids", arg, false, &ids, &n)))
             return rc;
         if (n > TD_SAMPLER_MAX_STOP) {
             free(ids);
@@ -82,7 +82,8 @@ int td_sampling_flags_apply(int opt, const char *arg, td_sampling_t *sp)
     }
 }
 
-int td_sampling_flags_parse_ids(const char *flag, const char *s, int32_t **out, size_t *n)
+int td_sampling_flags_parse_ids(const char *flag, const char *s, bool signed_ids, int32_t **out,
+                                size_t *n)
 {
     size_t cap = 1;
     for (const char *p = s; *p; p++)
@@ -95,21 +96,27 @@ int td_sampling_flags_parse_ids(const char *flag, const char *s, int32_t **out, 
         free(ids);
         return td_err_set(TD_EINVAL, "%s: no token ids", flag);
     }
-    /* each element: 1 to 10 decimal digits, nothing else (no sign, space, 0x or octal) */
+    /* each element: 1 to 10 decimal digits (after a '-' when signed), nothing else (no '+',
+     * space, 0x or octal) */
     const char *p = s;
     for (size_t i = 0; i < cap; i++) {
         size_t len = strcspn(p, ",");
-        size_t digits = strspn(p, "0123456789");
+        bool neg = signed_ids && len > 1 && p[0] == '-';
+        size_t nd = len - neg, digits = strspn(p + neg, "0123456789");
         int64_t v = 0;
         if (len == 0) {
             free(ids);
             return td_err_set(TD_EINVAL, "%s: element %zu is empty (in \"%s\")", flag, i + 1, s);
         }
-        if (digits == len && len <= 10)
-            for (size_t k = 0; k < len; k++)
-                v = v * 10 + (p[k] - '0');
-        if (digits != len || len > 10 || v > INT32_MAX) {
+        if (digits == nd && nd <= 10)
+            for (size_t k = 0; k < nd; k++)
+                v = v * 10 + (p[neg + k] - '0');
+        v = neg ? -v : v;
+        if (digits != nd || nd > 10 || v > INT32_MAX || v < INT32_MIN) {
             free(ids);
+            if (signed_ids)
+                return td_err_set(TD_EINVAL, "%s: element %zu \"%.*s\" is not an int32", flag,
+                                  i + 1, (int)len, p);
             return td_err_set(TD_EINVAL, "%s: element %zu \"%.*s\" is not a token id (0..%d)",
                               flag, i + 1, (int)len, p, INT32_MAX);
         }

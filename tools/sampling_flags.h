@@ -65,9 +65,12 @@ int td_sampling_flags_apply(int opt, const char *arg, td_sampling_t *sp);
 int td_sampling_flags_parse_int(const char *flag, const char *s, int lo, int hi, int *out);
 
 /* A comma-separated list of token ids ("1,2,3"), for --stop-ids and --prompt-ids: *out gets a
- * malloc'd array of *n >= 1 ids (the caller frees it). Each element is plain decimal digits: an
- * empty element ("3,,4", "1,"), a sign, a space, hex or a value over INT32_MAX is refused.
- * 0, TD_ENOMEM, or TD_EINVAL with a message naming `flag` and the element (counted from 1). */
-int td_sampling_flags_parse_ids(const char *flag, const char *s, int32_t **out, size_t *n);
+ * malloc'd array of *n >= 1 ids (the caller frees it). Each element is plain decimal digits (with
+ * `signed_ids`, optionally after a '-': any int32, for tools that hash raw ids): an empty element
+ * ("3,,4", "1,"), a '+', a space, hex or a value outside the range is refused, and a leading 0 is
+ * decimal, not octal. 0, TD_ENOMEM, or TD_EINVAL with a message naming `flag` and the element
+ * (counted from 1). */
+int td_sampling_flags_parse_ids(const char *flag, const char *s, bool signed_ids, int32_t **out,
+                                size_t *n);
 
 #endif

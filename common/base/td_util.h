@@ -89,5 +89,8 @@ size_t td_utf8_complete_prefix(const uint8_t *p, size_t n);
 
 /* Hex encode `n` bytes into `out` (2n+1 bytes with NUL). */
 void td_hex_encode(const uint8_t *p, size_t n, char *out);
+/* Decode `len` hex digits (either case; len even) of s into out[len / 2]. 0, or TD_EINVAL on an
+ * odd length or a character that is not a hex digit (out is then unspecified). */
+int td_hex_decode(const char *s, size_t len, uint8_t *out);
 
 #endif

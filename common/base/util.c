@@ -558,3 +558,24 @@ char *td_path_basename(const char *path, char *out, size_t n)
     snprintf(out, n, "%.*s", (int)(l - b), path + b);
     return out;
 }
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+int td_hex_decode(const char *s, size_t len, uint8_t *out)
+{
+    if (len % 2)
+        return TD_EINVAL;
+    for (size_t i = 0; i < len; i += 2) {
+        int hi = hex_digit(s[i]), lo = hex_digit(s[i + 1]);
+        if (hi < 0 || lo < 0)
+            return TD_EINVAL;
+        out[i / 2] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}

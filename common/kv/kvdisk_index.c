@@ -131,14 +131,6 @@ static int is_hex(const char *s, size_t n)
     return s[n] == '\0';
 }
 
-static void hex_to_hash(const char *s, td_kvhash_t *h)
-{
-    for (int i = 0; i < 16; i++) {
-        int hi = s[2 * i] <= '9' ? s[2 * i] - '0' : s[2 * i] - 'a' + 10;
-        int lo = s[2 * i + 1] <= '9' ? s[2 * i + 1] - '0' : s[2 * i + 1] - 'a' + 10;
-        h->b[i] = (uint8_t)(hi << 4 | lo);
-    }
-}
 
 /* Drop a bad file found by the scan. */
 static void scan_drop(td_kvdisk_t *d, const char *path, const char *why)
@@ -152,7 +144,8 @@ static void scan_drop(td_kvdisk_t *d, const char *path, const char *why)
 static int scan_file(td_kvdisk_t *d, const char *path, const char *name)
 {
     td_kvhash_t h;
-    hex_to_hash(name, &h);
+    int rc = td_hex_decode(name, 32, h.b);
+    TD_ASSERT(rc == 0); /* is_hex checked the name */
     if (strncmp(name, strrchr(path, '/') - 2, 2) != 0) {
         scan_drop(d, path, "in the wrong prefix directory");
         return 0;

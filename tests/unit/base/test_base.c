@@ -99,6 +99,27 @@ START_TEST(test_parse)
 }
 END_TEST
 
+START_TEST(test_hex_and_paths)
+{
+    uint8_t b[4];
+    ck_assert_int_eq(td_hex_decode("00aBfF10", 8, b), 0);
+    ck_assert(b[0] == 0x00 && b[1] == 0xab && b[2] == 0xff && b[3] == 0x10);
+    char hex[9];
+    td_hex_encode(b, 4, hex);
+    ck_assert_str_eq(hex, "00abff10");
+    ck_assert_int_eq(td_hex_decode("0g", 2, b), TD_EINVAL);
+    ck_assert_int_eq(td_hex_decode("abc", 3, b), TD_EINVAL);
+    ck_assert_int_eq(td_hex_decode("", 0, b), 0);
+    /* the served model name: the last component, trailing '/' ignored */
+    char n[8];
+    ck_assert_str_eq(td_path_basename("/m/llama/", n, sizeof(n)), "llama");
+    ck_assert_str_eq(td_path_basename("/m/llama", n, sizeof(n)), "llama");
+    ck_assert_str_eq(td_path_basename("llama//", n, sizeof(n)), "llama");
+    ck_assert_str_eq(td_path_basename("/", n, sizeof(n)), "/");
+    ck_assert_str_eq(td_path_basename("/m/a-very-long-name", n, sizeof(n)), "a-very-");
+}
+END_TEST
+
 START_TEST(test_utf8)
 {
     const uint8_t euro[] = {0xE2, 0x82, 0xAC};
@@ -361,6 +382,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_buf);
     tcase_add_test(tc, test_parse);
     tcase_add_test(tc, test_json_string);
+    tcase_add_test(tc, test_hex_and_paths);
     tcase_add_test(tc, test_utf8);
     tcase_add_test(tc, test_files);
     tcase_add_test(tc, test_config_layers);

@@ -118,11 +118,18 @@ def main():
         print("ok --model (fingerprint %s)" % fp)
 
         # strict parsing: each malformed list is refused, naming --ids
-        for bad in ("3,,4", "1,", ",1", "1,x", "1, 2", "4294967296", "1;2"):
+        for bad in ("3,,4", "1,", ",1", "1,x", "1, 2", "4294967296", "1;2", "+1", "-", "0x10",
+                    "2147483648", "-2147483649"):
             p = subprocess.run([tandem, "kvhash", "--fingerprint", "00" * 16, "--block-size", "4",
                                 "--ids", bad], capture_output=True, text=True, env=env1)
             if p.returncode != 2 or "--ids" not in p.stderr:
                 sys.exit("--ids %r: exit %d, stderr %r" % (bad, p.returncode, p.stderr))
+        # a leading zero is decimal, not octal: 010 hashes as 10
+        base = ["kvhash", "--fingerprint", "00" * 16, "--block-size", "2"]
+        z = [subprocess.run([tandem] + base + ["--ids", ids], capture_output=True, text=True,
+                            env=env1) for ids in ("010,-5", "10,-5", "8,-5")]
+        assert all(p.returncode == 0 for p in z), [p.stderr for p in z]
+        assert z[0].stdout == z[1].stdout != z[2].stdout, "010 was not read as decimal 10"
         for args in (["--block-size", "4", "--ids", "1"],  # no fingerprint or model
                      ["--fingerprint", "abc", "--block-size", "4", "--ids", "1"],
                      ["--fingerprint", "00" * 16, "--block-size", "0", "--ids", "1"]):
