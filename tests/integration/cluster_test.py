@@ -939,9 +939,16 @@ def scenario_rolling(build):
             t_start = time.monotonic()
             # drain it while it holds the router's sequences (a decode worker always gets there
             # under this load; a prefill worker's prompts are short, so it may be caught idle)
-            busy = wait_for(lambda: workers()[wid]["in_flight"] > 0 or
-                            (role == "prefill" and time.monotonic() - t_start > 5), 20,
-                            "%s to hold sequences" % wid) and workers()[wid]["in_flight"]
+            seen = []  # the in-flight count when it was seen busy (a second read may find 0)
+
+            def holds():
+                n = workers()[wid]["in_flight"]
+                if n > 0 or (role == "prefill" and time.monotonic() - t_start > 5):
+                    seen.append(n)
+                    return True
+                return False
+            wait_for(holds, 20, "%s to hold sequences" % wid)
+            busy = seen[-1]
             if role == "decode":
                 busy_decode.append(busy)
             t0 = time.monotonic()
