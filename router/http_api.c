@@ -4,6 +4,7 @@
  * response.c. */
 #include "router.h"
 
+#include "auth.h"
 #include "td_error.h"
 #include "td_frame.h"
 #include "td_log.h"
@@ -56,6 +57,11 @@ typedef struct hjob {
     size_t *echo_len;
     td_buf_t out; /* stream bytes to write on the next flush */
     bool canceled;
+    /* access (http.api_keys_file): the key's hash, the tokens its admission reserved, and its
+     * tenant's in-flight record (NULL when no key file or not admitted yet) */
+    uint8_t key_hash[32];
+    uint64_t reserved;
+    td_tenant_use_t *use;
 } hjob_t;
 
 #define MAX_SEQS (TD_API_MAX_N * 16)
@@ -75,6 +81,8 @@ static const char *openai_type(int status)
         return "invalid_request_error";
     case 413:
         return "invalid_request_error";
+    case 429:
+        return "rate_limit_error";
     case 503:
         return "service_unavailable_error";
     case 504:
@@ -95,6 +103,8 @@ static const char *anthropic_type(int status)
         return "not_found_error";
     case 413:
         return "request_too_large";
+    case 429:
+        return "rate_limit_error";
     case 503:
         return "overloaded_error";
     case 504:
@@ -128,23 +138,136 @@ static void respond_error(td_http_req_t *r, td_api_kind_t kind, int status, cons
     td_buf_free(&b);
 }
 
-/* Whether the request carries the API key (when one is configured); answers 401 if not. */
-static bool authorized(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind)
+/* The key a request presents: 'Authorization: Bearer KEY' or 'x-api-key: KEY', or NULL. */
+static const char *presented_key(td_http_req_t *r, size_t *len)
 {
-    const char *key = rt->cfg.api_key;
-    if (!key || !*key)
+    const char *h = td_http_header(r, "authorization", len);
+    if (h && *len > 7 && strncasecmp(h, "Bearer ", 7) == 0) {
+        *len -= 7;
+        return h + 7;
+    }
+    return td_http_header(r, "x-api-key", len);
+}
+
+/* Whether the request carries a valid API key (when keys are configured: http.api_key, the key
+ * file); answers 401 if not. *key is the key file's entry that matched (NULL for http.api_key or
+ * when no key is needed). */
+static bool authorized_key(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind,
+                           td_apikey_t **key)
+{
+    const char *want = rt->cfg.api_key;
+    bool need = (want && *want) || rt->access;
+    *key = NULL;
+    if (!need)
         return true;
-    size_t klen = strlen(key), len;
-    const char *h = td_http_header(r, "authorization", &len);
-    if (h && len == 7 + klen && strncasecmp(h, "Bearer ", 7) == 0 &&
-        td_auth_equal((const uint8_t *)h + 7, (const uint8_t *)key, klen))
+    size_t len = 0;
+    const char *got = presented_key(r, &len);
+    if (got && rt->access && (*key = td_keyset_find(&rt->access->keys, got, len)) != NULL)
         return true;
-    h = td_http_header(r, "x-api-key", &len);
-    if (h && len == klen && td_auth_equal((const uint8_t *)h, (const uint8_t *)key, klen))
+    size_t wlen = want ? strlen(want) : 0;
+    if (got && wlen && len == wlen && td_auth_equal((const uint8_t *)got, (const uint8_t *)want, wlen))
         return true;
     respond_error(r, kind, 401, NULL, "invalid_api_key",
-                  "Incorrect or missing API key: send it as 'Authorization: Bearer KEY' or "
-                  "'x-api-key: KEY'");
+                  got ? "Incorrect API key provided."
+                      : "Missing API key: send it as 'Authorization: Bearer KEY' or "
+                        "'x-api-key: KEY'");
+    return false;
+}
+
+static bool authorized(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind)
+{
+    td_apikey_t *k;
+    return authorized_key(rt, r, kind, &k);
+}
+
+/* OpenAI's reset durations: "20ms", "1.5s", "6m0s". */
+static void fmt_duration(char *out, size_t n, double s)
+{
+    if (s < 1) {
+        snprintf(out, n, "%dms", (int)(s * 1000 + 0.999));
+    } else if (s < 60) {
+        snprintf(out, n, "%gs", (double)(int)(s * 1000 + 0.999) / 1000);
+    } else {
+        long t = (long)(s + 0.999);
+        if (t >= 3600)
+            snprintf(out, n, "%ldh%ldm%lds", t / 3600, t / 60 % 60, t % 60);
+        else
+            snprintf(out, n, "%ldm%lds", t / 60, t % 60);
+    }
+}
+
+/* The x-ratelimit-* headers of a keyed request (the limits it has). */
+static void ratelimit_headers(td_http_req_t *r, const td_admit_t *a)
+{
+    char v[64];
+    if (a->lim_req) {
+        snprintf(v, sizeof(v), "%" PRIu64, a->lim_req);
+        td_http_add_header(r, "x-ratelimit-limit-requests", v);
+        snprintf(v, sizeof(v), "%" PRIu64, a->rem_req);
+        td_http_add_header(r, "x-ratelimit-remaining-requests", v);
+        fmt_duration(v, sizeof(v), a->reset_req_s);
+        td_http_add_header(r, "x-ratelimit-reset-requests", v);
+    }
+    if (a->lim_tok) {
+        snprintf(v, sizeof(v), "%" PRIu64, a->lim_tok);
+        td_http_add_header(r, "x-ratelimit-limit-tokens", v);
+        snprintf(v, sizeof(v), "%" PRIu64, a->rem_tok);
+        td_http_add_header(r, "x-ratelimit-remaining-tokens", v);
+        fmt_duration(v, sizeof(v), a->reset_tok_s);
+        td_http_add_header(r, "x-ratelimit-reset-tokens", v);
+    }
+}
+
+/* Admit a keyed request that reserves `tokens`: true, or a 429 answered (false). */
+static bool admit(td_router_t *rt, hjob_t *h, td_http_req_t *r, td_api_kind_t kind,
+                  td_apikey_t *k, uint64_t tokens)
+{
+    td_admit_t a;
+    double now = td_now_s();
+    td_admit_result_t res = td_access_admit(rt->access, k, tokens, now, &a);
+    ratelimit_headers(r, &a);
+    if (res == TD_ADMIT_OK) {
+        memcpy(h->key_hash, k->hash, 32);
+        h->reserved = tokens;
+        h->use = a.use;
+        return true;
+    }
+    char msg[512], ra[32];
+    const char *code = "rate_limit_exceeded";
+    switch (res) {
+    case TD_ADMIT_REQUESTS:
+        snprintf(msg, sizeof(msg),
+                 "Rate limit reached for requests: limit %" PRIu64 " per %gs. Please try again "
+                 "in %.3gs.",
+                 k->rpm, rt->cfg.limit_window_s, a.retry_after_s);
+        break;
+    case TD_ADMIT_TOKENS:
+        snprintf(msg, sizeof(msg),
+                 "Rate limit reached for tokens: limit %" PRIu64 " per %gs, requested %" PRIu64
+                 " (prompt + max_tokens). Please try again in %.3gs.",
+                 k->tpm, rt->cfg.limit_window_s, tokens, a.retry_after_s);
+        break;
+    case TD_ADMIT_TOO_LARGE:
+        snprintf(msg, sizeof(msg),
+                 "Request too large: it reserves %" PRIu64 " tokens (prompt + max_tokens) and "
+                 "the key's limit is %" PRIu64 " per %gs. Lower max_tokens or the prompt.",
+                 tokens, k->tpm, rt->cfg.limit_window_s);
+        break;
+    default:
+        snprintf(msg, sizeof(msg),
+                 "Too many concurrent requests for tenant %s: its limit is reached. Please try "
+                 "again when one ends.",
+                 k->tenant);
+        code = "concurrency_limit_exceeded";
+        break;
+    }
+    if (a.retry_after_s > 0) {
+        snprintf(ra, sizeof(ra), "%d", (int)(a.retry_after_s + 0.999));
+        td_http_add_header(r, "Retry-After", ra);
+        snprintf(ra, sizeof(ra), "%d", (int)(a.retry_after_s * 1000 + 0.999));
+        td_http_add_header(r, "retry-after-ms", ra);
+    }
+    respond_error(r, kind, 429, NULL, code, msg);
     return false;
 }
 
@@ -161,8 +284,19 @@ static bool method_is(td_http_req_t *r, const char *m, td_api_kind_t kind)
 
 /* ---- job events ---------------------------------------------------------------------------- */
 
+static void usage_of(const hjob_t *h, td_resp_usage_t *u);
+
 static void hjob_free(hjob_t *h)
 {
+    if (h->use) {
+        td_resp_usage_t u = {0};
+        if (h->job)
+            usage_of(h, &u);
+        uint64_t used = (uint64_t)u.prompt_tokens + (uint64_t)u.completion_tokens;
+        if (h->rt->access)
+            td_access_settle(h->rt->access, h->key_hash, h->reserved, used, td_now_s());
+        td_access_release(h->use);
+    }
     for (size_t i = 0; i < h->n_seqs; i++) {
         td_buf_free(&h->ch[i].arena);
         free(h->ch[i].lp);
@@ -440,7 +574,8 @@ static int prompt_tokens(td_router_t *rt, const td_api_prompt_t *p, td_tokens_t 
 
 static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind)
 {
-    if (!method_is(r, "POST", kind) || !authorized(rt, r, kind))
+    td_apikey_t *key;
+    if (!method_is(r, "POST", kind) || !authorized_key(rt, r, kind, &key))
         return;
     hjob_t *h = td_calloc(1, sizeof(*h));
     if (!h) {
@@ -552,6 +687,19 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
     const char *tenant = rt->cfg.tenant_header && *rt->cfg.tenant_header
                              ? td_http_header(r, rt->cfg.tenant_header, &tenant_len)
                              : NULL;
+    if (key) { /* the key's tenant wins over any header */
+        tenant = key->tenant;
+        tenant_len = strlen(tenant);
+        uint64_t reserve = (uint64_t)h->n_seqs * (uint64_t)j->sp.max_tokens;
+        for (size_t i = 0; i < n_prompts; i++)
+            reserve += (uint64_t)toks[i].len * n;
+        if (!admit(rt, h, r, kind, key, reserve)) {
+            for (size_t i = 0; i < n_toks; i++)
+                td_tokens_free(&toks[i]);
+            hjob_free(h);
+            return;
+        }
+    }
     if (td_job_set_stop(j, h->api.stop, h->api.n_stop) ||
         (tenant && td_job_set_tenant(j, tenant, tenant_len))) {
         snprintf(msg, sizeof(msg), "out of memory");
@@ -814,23 +962,39 @@ int td_http_api_start(td_router_t *rt)
     rt->http = td_http_server_new(rt->loop, &o);
     if (!rt->http)
         return TD_ENOMEM;
+    bool admin = rt->cfg.admin_listen && *rt->cfg.admin_listen;
     static const struct {
         const char *path;
         td_http_handler_fn fn;
+        bool admin; /* served by the admin listener instead when there is one */
     } routes[] = {
-        {"/v1/completions", h_completions},
-        {"/v1/chat/completions", h_chat},
-        {"/v1/messages", h_messages},
-        {"/v1/models", h_models},
-        {"/tokenize", h_tokenize},
-        {"/detokenize", h_detokenize},
-        {"/health", h_health},
-        {"/metrics", h_metrics},
+        {"/v1/completions", h_completions, false},
+        {"/v1/chat/completions", h_chat, false},
+        {"/v1/messages", h_messages, false},
+        {"/v1/models", h_models, false},
+        {"/tokenize", h_tokenize, false},
+        {"/detokenize", h_detokenize, false},
+        {"/health", h_health, false},
+        {"/metrics", h_metrics, true},
     };
+    if (admin) {
+        td_http_opts_t ao = {.max_body = 4096, .server_name = "tandem-router"};
+        if (!(rt->admin = td_http_server_new(rt->loop, &ao)))
+            return TD_ENOMEM;
+    }
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        int rc = td_http_route(rt->http, routes[i].path, routes[i].fn, rt);
+        int rc = 0;
+        if (!admin || !routes[i].admin)
+            rc = td_http_route(rt->http, routes[i].path, routes[i].fn, rt);
+        if (!rc && admin && (routes[i].admin || routes[i].fn == h_health))
+            rc = td_http_route(rt->admin, routes[i].path, routes[i].fn, rt);
         if (rc)
             return rc;
+    }
+    if (admin) {
+        int rc = td_http_listen(rt->admin, rt->cfg.admin_listen);
+        if (rc)
+            return td_err_set(rc, "http.admin_listen: %s", td_err_msg());
     }
     return td_http_listen(rt->http, rt->cfg.http_listen);
 }

@@ -29,6 +29,73 @@ typedef struct dispatch {
     td_http_server_t *server;
 } dispatch_t;
 
+/* h2o's own error answers (413 for a body over the limit, 400 for a broken body framing, 417)
+ * are text/plain; this filter turns their body into the OpenAI-style JSON error every other
+ * answer has. Registered on every path, including the fallback a request gets when it failed
+ * before routing. */
+typedef struct errfilter {
+    h2o_filter_t super; /* must be first */
+} errfilter_t;
+
+typedef struct errstream {
+    h2o_ostream_t super; /* must be first */
+} errstream_t;
+
+static void json_error(int status, const char *text, size_t len, td_buf_t *out)
+{
+    const char *code = status == 413 ? "request_too_large" : status == 400 ? "bad_request" : NULL;
+    td_buf_append_str(out, "{\"error\":{\"message\":");
+    td_buf_append_json_string(out, text, len);
+    td_buf_append_str(out, ",\"type\":\"invalid_request_error\",\"param\":null,\"code\":");
+    if (code)
+        td_buf_printf(out, "\"%s\"}}", code);
+    else
+        td_buf_append_str(out, "null}}");
+}
+
+static void errstream_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t n,
+                           h2o_send_state_t state)
+{
+    if (h2o_send_state_is_in_progress(state)) { /* not h2o's one-piece error: as it is */
+        h2o_ostream_send_next(self, req, bufs, n, state);
+        return;
+    }
+    td_buf_t text, out;
+    td_buf_init(&text);
+    td_buf_init(&out);
+    for (size_t i = 0; i < n; i++)
+        td_buf_append(&text, bufs[i].base, bufs[i].len);
+    if (req->res.status == 413)
+        td_buf_printf(&text, " (the limit is %zu bytes)",
+                      req->conn->ctx->globalconf->max_request_entity_size);
+    json_error(req->res.status, text.data ? text.data : "", text.len, &out);
+    h2o_iovec_t body = {NULL, 0};
+    if (out.data) {
+        body = h2o_strdup(&req->pool, out.data, out.len);
+        req->res.content_length = body.len;
+        h2o_set_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE,
+                       H2O_STRLIT("application/json"), 1);
+        h2o_ostream_send_next(self, req, &body, 1, state);
+    } else {
+        h2o_ostream_send_next(self, req, bufs, n, state);
+    }
+    td_buf_free(&text);
+    td_buf_free(&out);
+}
+
+static void errfilter_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
+{
+    ssize_t at = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (req->res.status >= 400 && at >= 0 &&
+        h2o_memis(req->res.headers.entries[at].value.base, req->res.headers.entries[at].value.len,
+                  H2O_STRLIT("text/plain; charset=utf-8"))) {
+        errstream_t *es = (errstream_t *)h2o_add_ostream(req, sizeof(*es), slot);
+        es->super.do_send = errstream_send;
+        slot = &es->super.next;
+    }
+    h2o_setup_next_ostream(req, slot);
+}
+
 /* An accepted connection's libuv handle, tagged with its server for the close callback. */
 typedef struct conn {
     uv_tcp_t tcp; /* must be first: h2o closes it with our callback */
@@ -360,6 +427,11 @@ td_http_server_t *td_http_server_new(uv_loop_t *loop, const td_http_opts_t *opts
     dispatch_t *d = (dispatch_t *)h2o_create_handler(path, sizeof(*d));
     d->super.on_req = on_req;
     d->server = s;
+    h2o_pathconf_t *paths[] = {path, &host->fallback_path};
+    for (size_t i = 0; i < TD_ARRAY_LEN(paths); i++) {
+        errfilter_t *f = (errfilter_t *)h2o_create_filter(paths[i], sizeof(*f));
+        f->super.on_setup_ostream = errfilter_setup;
+    }
     h2o_context_init(&s->ctx, loop, &s->config);
     s->accept_ctx.ctx = &s->ctx;
     s->accept_ctx.hosts = s->config.hosts;

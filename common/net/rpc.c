@@ -24,10 +24,11 @@ static const char server_label[] = "tandem-auth-v1 server";
 
 enum conn_state { ST_HANDSHAKE, ST_READY, ST_CLOSING };
 
-/* Options shared by a server's or a client's connections; owns copies of secret and id. */
+/* Options shared by a server's or a client's connections; owns copies of the secrets and id. */
 typedef struct rpc_cfg {
     td_rpc_opts_t opts;
     uint8_t *secret;
+    uint8_t *secret_prev; /* server: also accepted during a rotation, or NULL */
     char *id;
 } rpc_cfg_t;
 
@@ -112,6 +113,18 @@ static int cfg_init(rpc_cfg_t *cfg, const td_rpc_opts_t *opts)
     memcpy(cfg->secret, opts->secret, opts->secret_len);
     cfg->opts.secret = cfg->secret;
     cfg->opts.id = cfg->id;
+    cfg->opts.secret_prev = NULL;
+    cfg->opts.secret_prev_len = 0;
+    if (opts->secret_prev && opts->secret_prev_len) {
+        if (!(cfg->secret_prev = malloc(opts->secret_prev_len))) {
+            free(cfg->secret);
+            free(cfg->id);
+            return TD_ENOMEM;
+        }
+        memcpy(cfg->secret_prev, opts->secret_prev, opts->secret_prev_len);
+        cfg->opts.secret_prev = cfg->secret_prev;
+        cfg->opts.secret_prev_len = opts->secret_prev_len;
+    }
     if (!cfg->opts.handshake_ms)
         cfg->opts.handshake_ms = 5000;
     if (!cfg->opts.max_frame)
@@ -119,11 +132,20 @@ static int cfg_init(rpc_cfg_t *cfg, const td_rpc_opts_t *opts)
     return 0;
 }
 
-static void cfg_free(rpc_cfg_t *cfg)
+static void secrets_free(rpc_cfg_t *cfg)
 {
     if (cfg->secret)
         memset(cfg->secret, 0, cfg->opts.secret_len);
     free(cfg->secret);
+    if (cfg->secret_prev)
+        memset(cfg->secret_prev, 0, cfg->opts.secret_prev_len);
+    free(cfg->secret_prev);
+    cfg->secret = cfg->secret_prev = NULL;
+}
+
+static void cfg_free(rpc_cfg_t *cfg)
+{
+    secrets_free(cfg);
     free(cfg->id);
 }
 
@@ -314,8 +336,9 @@ int td_rpc_send(td_rpc_conn_t *c, const Tandem__Frame *f)
     return conn_send(c, f);
 }
 
-static void compute_mac(const rpc_cfg_t *cfg, bool server_side, const uint8_t *nonce,
-                        const uint8_t *client_nonce, const char *id, uint8_t out[MAC_LEN])
+static void compute_mac(const uint8_t *key, size_t key_len, bool server_side,
+                        const uint8_t *nonce, const uint8_t *client_nonce, const char *id,
+                        uint8_t out[MAC_LEN])
 {
     const void *parts[4];
     size_t lens[4], n = 0;
@@ -329,7 +352,7 @@ static void compute_mac(const rpc_cfg_t *cfg, bool server_side, const uint8_t *n
         parts[n] = client_nonce, lens[n++] = NONCE_LEN;
         parts[n] = id, lens[n++] = strlen(id);
     }
-    if (td_auth_mac(cfg->secret, cfg->opts.secret_len, parts, lens, n, out) != 0)
+    if (td_auth_mac(key, key_len, parts, lens, n, out) != 0)
         memset(out, 0, MAC_LEN); /* never matches a real MAC */
 }
 
@@ -346,12 +369,26 @@ static void server_handshake(td_rpc_conn_t *c, const Tandem__Frame *f)
     out.body_case = TANDEM__FRAME__BODY_AUTH_RESULT;
     out.auth_result = &res;
     uint8_t mac[MAC_LEN];
+    const rpc_cfg_t *cfg = c->cfg;
     bool ok = r->client_nonce.len == NONCE_LEN && r->mac.len == MAC_LEN && r->worker_id &&
               strlen(r->worker_id) < sizeof(c->peer_id);
+    /* the current secret, else (during a rotation) the previous one; the proof we send back is
+     * made with the secret the client used */
+    const uint8_t *key = cfg->secret;
+    size_t key_len = cfg->opts.secret_len;
     if (ok) {
         memcpy(c->client_nonce, r->client_nonce.data, NONCE_LEN);
-        compute_mac(c->cfg, false, c->nonce, c->client_nonce, r->worker_id, mac);
+        compute_mac(key, key_len, false, c->nonce, c->client_nonce, r->worker_id, mac);
         ok = td_auth_equal(mac, r->mac.data, MAC_LEN);
+        if (!ok && cfg->secret_prev) {
+            key = cfg->secret_prev;
+            key_len = cfg->opts.secret_prev_len;
+            compute_mac(key, key_len, false, c->nonce, c->client_nonce, r->worker_id, mac);
+            ok = td_auth_equal(mac, r->mac.data, MAC_LEN);
+            if (ok)
+                td_logf(TD_LOG_INFO, NULL, "control connection from %s uses the previous "
+                                          "cluster secret", r->worker_id);
+        }
     }
     if (!ok) {
         res.ok = false;
@@ -363,7 +400,7 @@ static void server_handshake(td_rpc_conn_t *c, const Tandem__Frame *f)
         return;
     }
     snprintf(c->peer_id, sizeof(c->peer_id), "%s", r->worker_id);
-    compute_mac(c->cfg, true, c->nonce, c->client_nonce, NULL, mac);
+    compute_mac(key, key_len, true, c->nonce, c->client_nonce, NULL, mac);
     res.ok = true;
     res.message = "";
     res.mac.data = mac;
@@ -397,7 +434,8 @@ static void client_handshake(td_rpc_conn_t *c, const Tandem__Frame *f)
             return;
         }
         uint8_t mac[MAC_LEN];
-        compute_mac(c->cfg, false, c->nonce, c->client_nonce, c->cfg->id, mac);
+        compute_mac(c->cfg->secret, c->cfg->opts.secret_len, false, c->nonce, c->client_nonce,
+                    c->cfg->id, mac);
         Tandem__AuthResponse r = TANDEM__AUTH_RESPONSE__INIT;
         r.client_nonce.data = c->client_nonce;
         r.client_nonce.len = NONCE_LEN;
@@ -422,7 +460,8 @@ static void client_handshake(td_rpc_conn_t *c, const Tandem__Frame *f)
         return;
     }
     uint8_t mac[MAC_LEN];
-    compute_mac(c->cfg, true, c->nonce, c->client_nonce, NULL, mac);
+    compute_mac(c->cfg->secret, c->cfg->opts.secret_len, true, c->nonce, c->client_nonce, NULL,
+                mac);
     if (res->mac.len != MAC_LEN || !td_auth_equal(mac, res->mac.data, MAC_LEN)) {
         conn_fail(c, TD_EAUTH, "server could not prove it knows the cluster secret");
         return;
@@ -796,6 +835,30 @@ void td_rpc_conn_set_data(td_rpc_conn_t *c, void *data)
 void *td_rpc_conn_get_data(const td_rpc_conn_t *c)
 {
     return c->data;
+}
+
+int td_rpc_server_set_secrets(td_rpc_server_t *s, const uint8_t *secret, size_t len,
+                              const uint8_t *prev, size_t prev_len)
+{
+    if (!secret || !len)
+        return td_err_set(TD_EAUTH, "no cluster secret: connections would all be refused");
+    uint8_t *a = malloc(len), *b = prev && prev_len ? malloc(prev_len) : NULL;
+    if (!a || (prev && prev_len && !b)) {
+        free(a);
+        free(b);
+        return TD_ENOMEM;
+    }
+    memcpy(a, secret, len);
+    if (b)
+        memcpy(b, prev, prev_len);
+    secrets_free(&s->cfg);
+    s->cfg.secret = a;
+    s->cfg.secret_prev = b;
+    s->cfg.opts.secret = a;
+    s->cfg.opts.secret_len = len;
+    s->cfg.opts.secret_prev = b;
+    s->cfg.opts.secret_prev_len = b ? prev_len : 0;
+    return 0;
 }
 
 int td_rpc_secret_load(const char *secret, const char *file, uint8_t **out, size_t *len)

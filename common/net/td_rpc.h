@@ -15,6 +15,10 @@
  * closed with TD_ETIMEDOUT. Without a secret neither side starts (TD_EAUTH): there is no
  * unauthenticated mode.
  *
+ * Rotation: a server may hold a previous secret besides the current one and accepts a client
+ * that proves either; its own proof uses the secret that client used, so a client with only the
+ * old or only the new secret both connect while a rotation is under way.
+ *
  * Servers (routers) accept many connections. Clients (workers, CLI) connect to one address and,
  * when `reconnect` is set, reconnect with exponential backoff after any failure or close until
  * td_rpc_client_stop.
@@ -51,6 +55,9 @@ typedef struct td_rpc_callbacks {
 typedef struct td_rpc_opts {
     const uint8_t *secret;     /* cluster secret, secret_len bytes; required */
     size_t secret_len;
+    const uint8_t *secret_prev; /* server: the previous secret, also accepted while a rotation
+                                   is under way (NULL: none); clients use `secret` only */
+    size_t secret_prev_len;
     size_t max_frame;          /* largest frame payload accepted, bytes; 0 = TD_FRAME_DEFAULT_MAX */
     uint64_t handshake_ms;     /* deadline for the handshake; 0 = 5000 */
     const char *id;            /* client: worker id sent in AuthResponse */
@@ -69,6 +76,11 @@ int td_rpc_addr_parse(const char *text, td_rpc_addr_t *out);
 /* Start listening. On success *out is a server owned by the caller (td_rpc_server_close). */
 int td_rpc_server_start(uv_loop_t *loop, const char *addr, const td_rpc_opts_t *opts,
                         td_rpc_server_t **out);
+/* Replace the secrets a server accepts (a rotation: the new one and, until every client has it,
+ * the previous one; prev may be NULL). Connections already authenticated stay. Copies both.
+ * 0, TD_EAUTH (no secret), TD_ENOMEM. */
+int td_rpc_server_set_secrets(td_rpc_server_t *s, const uint8_t *secret, size_t len,
+                              const uint8_t *prev, size_t prev_len);
 /* The TCP port actually bound (useful with port 0), or 0 for unix sockets. */
 int td_rpc_server_port(const td_rpc_server_t *s);
 /* Stop listening and close every connection (each gets on_close with TD_ECLOSED); the server is
