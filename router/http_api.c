@@ -261,6 +261,8 @@ static bool admit(td_router_t *rt, hjob_t *h, td_http_req_t *r, td_api_kind_t ki
         code = "concurrency_limit_exceeded";
         break;
     }
+    if (res == TD_ADMIT_TOO_LARGE) /* waiting cannot help: the official clients read this */
+        td_http_add_header(r, "x-should-retry", "false");
     if (a.retry_after_s > 0) {
         snprintf(ra, sizeof(ra), "%d", (int)(a.retry_after_s + 0.999));
         td_http_add_header(r, "Retry-After", ra);
