@@ -20,13 +20,15 @@
 /* One logprob record of a generated token, strings in the choice's arena. */
 typedef struct hlp {
     size_t tok_off, tok_len; /* token text in arena */
+    size_t raw_off, raw_len; /* its raw bytes in arena (may end inside a UTF-8 character) */
     size_t text_offset;      /* bytes of choice text before the token */
     double logprob;
     size_t top_start, n_top; /* [top_start, top_start + n_top) in tops */
 } hlp_t;
 
 typedef struct htop {
-    size_t off, len; /* alternative's text in arena */
+    size_t off, len;         /* alternative's text in arena */
+    size_t raw_off, raw_len; /* its raw bytes in arena */
     double logprob;
 } htop_t;
 
@@ -333,6 +335,10 @@ static int record_lp(hjob_t *h, hchoice_t *c, int32_t id, const Tandem__TokenLog
     if (rc)
         return rc;
     r->tok_len = c->arena.len - r->tok_off;
+    r->raw_off = c->arena.len;
+    if ((rc = td_tokenizer_token_bytes(h->rt->tok, id, &c->arena)) != 0)
+        return rc;
+    r->raw_len = c->arena.len - r->raw_off;
     r->text_offset = c->text_len;
     r->logprob = lp->logprob;
     r->top_start = c->n_tops;
@@ -353,6 +359,10 @@ static int record_lp(hjob_t *h, hchoice_t *c, int32_t id, const Tandem__TokenLog
         if (td_router_token_text(h->rt, lp->top_ids[i], &c->arena) != 0)
             td_buf_append_str(&c->arena, "");
         tp->len = c->arena.len - tp->off;
+        tp->raw_off = c->arena.len;
+        if (td_tokenizer_token_bytes(h->rt->tok, lp->top_ids[i], &c->arena) != 0)
+            td_buf_append_str(&c->arena, "");
+        tp->raw_len = c->arena.len - tp->raw_off;
         tp->logprob = lp->top_logprobs[i];
         r->n_top++;
     }
@@ -378,11 +388,18 @@ static td_resp_logprob_t *lp_views(const hchoice_t *c, size_t from, size_t to, t
     size_t k = 0;
     for (size_t i = from; i < to; i++) {
         const hlp_t *r = &c->lp[i];
-        v[i - from] = (td_resp_logprob_t){
-            c->arena.data + r->tok_off, r->tok_len, r->text_offset, r->logprob, &t[k], r->n_top};
+        v[i - from] = (td_resp_logprob_t){c->arena.data + r->tok_off,
+                                          r->tok_len,
+                                          r->text_offset,
+                                          r->logprob,
+                                          &t[k],
+                                          r->n_top,
+                                          c->arena.data + r->raw_off,
+                                          r->raw_len};
         for (size_t q = 0; q < r->n_top; q++) {
             const htop_t *tp = &c->tops[r->top_start + q];
-            t[k++] = (td_resp_top_t){c->arena.data + tp->off, tp->len, tp->logprob};
+            t[k++] = (td_resp_top_t){c->arena.data + tp->off, tp->len, tp->logprob,
+                                     c->arena.data + tp->raw_off, tp->raw_len};
         }
     }
     *tops = t;

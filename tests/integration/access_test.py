@@ -5,7 +5,8 @@ workers (fake_worker.c, through router_test.py's harness): API keys from a file 
 with the x-ratelimit-* headers and Retry-After, then served after the reset), per-tenant
 concurrency caps, SIGHUP reload adding and removing keys while a stream on an existing
 connection keeps going (and a bad file keeping the old keys), two cluster secrets during a
-rotation, /metrics on the admin listener only, and h2o's 413 as a JSON body.
+rotation, /metrics on the admin listener only, and h2o's 413 as a JSON body. And two API edges:
+logprob `bytes` of tokens that end inside a UTF-8 character, and a max_tokens of 2^64.
 
 usage: access_test.py TANDEM_ROUTER FAKE_WORKER MODEL_DIR [scenario ...]
 """
@@ -240,7 +241,55 @@ def sc_rotation():
     rt.stop()
 
 
-SCENARIOS = [("keys", sc_keys), ("reload", sc_reload), ("rotation", sc_rotation)]
+def sc_edges():
+    """Logprob bytes of tokens that end inside a UTF-8 character; max_tokens of 2^64."""
+    rt = R.Router("edges")
+    text = "\U0001d518\U0001d52b\U0001d526 \u6570\u636e \U0001f642 \ua66e"
+    ids = R.tokenize(rt, text)
+    rt.worker("d1", "decode", "--tokens", R.ids_arg(ids))
+    st, js, _, _ = rt.post("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": len(ids),
+        "logprobs": True, "top_logprobs": 1})
+    check(st == 200, "chat with logprobs: %d %r" % (st, js))
+    content = js["choices"][0]["logprobs"]["content"]
+    check(len(content) == len(ids), "one record per token")
+    raw = b"".join(bytes(c["bytes"]) for c in content)
+    check(raw == text.encode("utf-8"), "the tokens' bytes are the text's: %r" % raw)
+    partial = [c["bytes"] for c in content if not valid_utf8(bytes(c["bytes"]))]
+    check(partial, "some token ends inside a character (the case under test): %r" %
+          [c["bytes"] for c in content])
+    check(all(bytes(c["top_logprobs"][0]["bytes"]) == bytes(c["bytes"]) for c in content),
+          "top_logprobs carry raw bytes too")
+    # streamed: the same bytes
+    st, raw_sse, events = rt.sse("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": len(ids),
+        "logprobs": True, "stream": True})
+    got = b""
+    for _, e in events:
+        if e != "[DONE]" and e.get("choices") and e["choices"][0].get("logprobs"):
+            got += b"".join(bytes(c["bytes"]) for c in e["choices"][0]["logprobs"]["content"])
+    check(got == text.encode("utf-8"), "streamed bytes: %r" % got)
+    # max_tokens of 2^64: a 400 naming the field, the value echoed as sent
+    for path, body in [("/v1/completions", '{"prompt":"hi","max_tokens":18446744073709551616}'),
+                       ("/v1/messages", '{"messages":[{"role":"user","content":"x"}],'
+                                        '"max_tokens":18446744073709551616}')]:
+        st, js, raw, _ = rt.post(path, body)
+        check(st == 400 and "18446744073709551616" in raw.decode(), "%s: %r" % (path, raw))
+    st, js, _, _ = rt.post("/v1/completions", '{"prompt":"hi","max_tokens":18446744073709551616}')
+    check(js["error"]["param"] == "max_tokens", "param names the field: %r" % js)
+    rt.stop()
+
+
+def valid_utf8(b):
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+SCENARIOS = [("keys", sc_keys), ("reload", sc_reload), ("rotation", sc_rotation),
+             ("edges", sc_edges)]
 
 
 def main():
