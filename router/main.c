@@ -61,7 +61,8 @@ static const td_opt_t opts[] = {
      0},
     {"cluster.secret_previous_file", TD_OPT_STR, O(secret_prev_file), NULL,
      "file holding the previous cluster secret, still accepted from workers and clients while a "
-     "rotation is under way (re-read on SIGHUP with the current one; empty: none)",
+     "rotation is under way (re-read on SIGHUP with the current one; empty: none; unset: "
+     "$CREDENTIALS_DIRECTORY/cluster-secret-previous when it exists)",
      0, 0},
     {"cluster.secret_previous", TD_OPT_STR, O(secret_prev), NULL,
      "the previous cluster secret itself (>= 16 bytes)", 0, 0},
@@ -232,12 +233,21 @@ static int load_secrets(const td_router_cfg_t *cfg, uint8_t **cur, size_t *cur_l
     int rc = td_rpc_secret_load(cfg->secret, cfg->secret_file, cur, cur_len);
     if (rc)
         return rc;
-    bool prev_file = cfg->secret_prev_file && *cfg->secret_prev_file;
+    const char *file = cfg->secret_prev_file;
+    char cred[4096];
+    const char *dir = getenv("CREDENTIALS_DIRECTORY");
+    if ((!file || !*file) && !(cfg->secret_prev && *cfg->secret_prev) && dir) {
+        /* systemd: LoadCredential=cluster-secret-previous:... during a rotation */
+        snprintf(cred, sizeof(cred), "%s/cluster-secret-previous", dir);
+        if (access(cred, R_OK) == 0)
+            file = cred;
+    }
+    bool prev_file = file && *file;
     if (prev_file && !(cfg->secret_prev && *cfg->secret_prev)) {
         /* an empty file: no rotation under way */
         char *text = NULL;
         size_t n = 0;
-        if (td_file_read_all(cfg->secret_prev_file, &text, &n) == 0) {
+        if (td_file_read_all(file, &text, &n) == 0) {
             size_t i = 0;
             while (i < n && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' ||
                              text[i] == '\r'))
@@ -248,7 +258,7 @@ static int load_secrets(const td_router_cfg_t *cfg, uint8_t **cur, size_t *cur_l
         }
     }
     if ((cfg->secret_prev && *cfg->secret_prev) || prev_file) {
-        rc = td_rpc_secret_load(cfg->secret_prev, cfg->secret_prev_file, prev, prev_len);
+        rc = td_rpc_secret_load(cfg->secret_prev, file, prev, prev_len);
         if (rc) {
             char msg[512];
             snprintf(msg, sizeof(msg), "%s", td_err_msg());
