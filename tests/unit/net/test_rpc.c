@@ -186,6 +186,66 @@ START_TEST(test_wrong_secret)
 }
 END_TEST
 
+/* A rotation: a server holding a new and a previous secret authenticates clients of either (each
+ * client checks the server's proof with its own secret); swapping the secrets leaves the
+ * connections made and refuses newcomers with the dropped one. */
+static void connect_one(uv_loop_t *loop, int port, const char *secret, side_t *cli,
+                        td_rpc_client_t **cl)
+{
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    td_rpc_opts_t co = opts_for(cli, secret, "rot");
+    ck_assert_int_eq(td_rpc_client_start(loop, addr, &co, false, cl), 0);
+}
+
+static bool ready_or_closed(void *a)
+{
+    side_t *s = a;
+    return s->ready > 0 || s->closes > 0;
+}
+
+START_TEST(test_secret_rotation)
+{
+    static const char old_s[] = "the-old-cluster-secret", new_s[] = "the-new-cluster-secret";
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    side_t srv = {0}, c_old = {0}, c_new = {0}, c_late = {0}, c_new2 = {0};
+    td_rpc_opts_t so = opts_for(&srv, new_s, NULL);
+    so.secret_prev = (const uint8_t *)old_s;
+    so.secret_prev_len = strlen(old_s);
+    td_rpc_server_t *s;
+    ck_assert_int_eq(td_rpc_server_start(&loop, "127.0.0.1:0", &so, &s), 0);
+    int port = td_rpc_server_port(s);
+    td_rpc_client_t *cl_old, *cl_new, *cl_late, *cl_new2;
+    connect_one(&loop, port, old_s, &c_old, &cl_old);
+    connect_one(&loop, port, new_s, &c_new, &cl_new);
+    ck_assert(run_until(&loop, ready_or_closed, &c_old, 5000));
+    ck_assert(run_until(&loop, ready_or_closed, &c_new, 5000));
+    ck_assert_int_eq(c_old.ready, 1);
+    ck_assert_int_eq(c_new.ready, 1);
+    /* the rotation ends: only the new secret */
+    ck_assert_int_eq(td_rpc_server_set_secrets(s, (const uint8_t *)new_s, strlen(new_s), NULL, 0),
+                     0);
+    connect_one(&loop, port, old_s, &c_late, &cl_late);
+    connect_one(&loop, port, new_s, &c_new2, &cl_new2);
+    ck_assert(run_until(&loop, ready_or_closed, &c_late, 5000));
+    ck_assert(run_until(&loop, ready_or_closed, &c_new2, 5000));
+    ck_assert_int_eq(c_late.ready, 0);
+    ck_assert_int_eq(c_late.last_status, TD_EAUTH);
+    ck_assert_int_eq(c_new2.ready, 1);
+    /* the connections made before the swap are still up */
+    ck_assert_int_eq(c_old.closes, 0);
+    ck_assert_ptr_nonnull(td_rpc_client_conn(cl_old));
+    ck_assert_int_eq(td_rpc_server_set_secrets(s, NULL, 0, NULL, 0), TD_EAUTH);
+    td_rpc_client_stop(cl_old);
+    td_rpc_client_stop(cl_new);
+    td_rpc_client_stop(cl_late);
+    td_rpc_client_stop(cl_new2);
+    td_rpc_server_close(s);
+    drain(&loop);
+}
+END_TEST
+
 START_TEST(test_no_secret_refused)
 {
     uv_loop_t loop;
@@ -428,6 +488,7 @@ int main(void)
     tcase_add_test(tc, test_roundtrip_tcp);
     tcase_add_test(tc, test_roundtrip_unix);
     tcase_add_test(tc, test_wrong_secret);
+    tcase_add_test(tc, test_secret_rotation);
     tcase_add_test(tc, test_no_secret_refused);
     tcase_add_test(tc, test_bad_peers_do_not_disturb_others);
     tcase_add_test(tc, test_bad_peer_statuses);
