@@ -5,6 +5,7 @@
 #include "router.h"
 
 #include "auth.h"
+#include "http_impl.h"
 #include "td_error.h"
 #include "td_frame.h"
 #include "td_log.h"
@@ -59,220 +60,15 @@ typedef struct hjob {
     size_t *echo_len;
     td_buf_t out; /* stream bytes to write on the next flush */
     bool canceled;
-    /* access (http.api_keys_file): the key's hash, the tokens its admission reserved, and its
-     * tenant's in-flight record (NULL when no key file or not admitted yet) */
-    uint8_t key_hash[32];
-    uint64_t reserved;
-    td_tenant_use_t *use;
+    td_http_grant_t grant; /* what a keyed request's admission charged (http_access.c) */
 } hjob_t;
 
 #define MAX_SEQS (TD_API_MAX_N * 16)
 
-/* ---- errors -------------------------------------------------------------------------------- */
-
-static const char *openai_type(int status)
-{
-    switch (status) {
-    case 400:
-        return "invalid_request_error";
-    case 401:
-        return "authentication_error";
-    case 404:
-        return "not_found_error";
-    case 405:
-        return "invalid_request_error";
-    case 413:
-        return "invalid_request_error";
-    case 429:
-        return "rate_limit_error";
-    case 503:
-        return "service_unavailable_error";
-    case 504:
-        return "timeout_error";
-    default:
-        return "server_error";
-    }
-}
-
-static const char *anthropic_type(int status)
-{
-    switch (status) {
-    case 400:
-        return "invalid_request_error";
-    case 401:
-        return "authentication_error";
-    case 404:
-        return "not_found_error";
-    case 413:
-        return "request_too_large";
-    case 429:
-        return "rate_limit_error";
-    case 503:
-        return "overloaded_error";
-    case 504:
-        return "timeout_error";
-    default:
-        return "api_error";
-    }
-}
-
-/* Answer an error in the API's own shape (Anthropic for /v1/messages, else OpenAI). */
-static void respond_error(td_http_req_t *r, td_api_kind_t kind, int status, const char *param,
-                          const char *code, const char *msg)
-{
-    if (status == 503)
-        td_http_add_header(r, "Retry-After", "1");
-    if (kind != TD_API_MESSAGES) {
-        td_http_respond_error(r, status, openai_type(status), param, code, "%s", msg);
-        return;
-    }
-    td_buf_t b;
-    td_buf_init(&b);
-    td_buf_append_str(&b, "{\"type\":\"error\",\"error\":{\"type\":\"");
-    td_buf_append_str(&b, anthropic_type(status));
-    td_buf_append_str(&b, "\",\"message\":");
-    td_buf_append_json_string(&b, msg, strlen(msg));
-    td_buf_append_str(&b, "}}");
-    if (b.data)
-        td_http_respond(r, status, "application/json", b.data, b.len);
-    else
-        td_http_respond(r, 500, "text/plain", "out of memory", 13);
-    td_buf_free(&b);
-}
-
-/* The key a request presents: 'Authorization: Bearer KEY' or 'x-api-key: KEY', or NULL. */
-static const char *presented_key(td_http_req_t *r, size_t *len)
-{
-    const char *h = td_http_header(r, "authorization", len);
-    if (h && *len > 7 && strncasecmp(h, "Bearer ", 7) == 0) {
-        *len -= 7;
-        return h + 7;
-    }
-    return td_http_header(r, "x-api-key", len);
-}
-
-/* Whether the request carries a valid API key (when keys are configured: http.api_key, the key
- * file); answers 401 if not. *key is the key file's entry that matched (NULL for http.api_key or
- * when no key is needed). */
-static bool authorized_key(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind,
-                           td_apikey_t **key)
-{
-    const char *want = rt->cfg.api_key;
-    bool need = (want && *want) || rt->access;
-    *key = NULL;
-    if (!need)
-        return true;
-    size_t len = 0;
-    const char *got = presented_key(r, &len);
-    if (got && rt->access && (*key = td_keyset_find(&rt->access->keys, got, len)) != NULL)
-        return true;
-    size_t wlen = want ? strlen(want) : 0;
-    if (got && wlen && len == wlen && td_auth_equal((const uint8_t *)got, (const uint8_t *)want, wlen))
-        return true;
-    respond_error(r, kind, 401, NULL, "invalid_api_key",
-                  got ? "Incorrect API key provided."
-                      : "Missing API key: send it as 'Authorization: Bearer KEY' or "
-                        "'x-api-key: KEY'");
-    return false;
-}
-
 static bool authorized(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind)
 {
     td_apikey_t *k;
-    return authorized_key(rt, r, kind, &k);
-}
-
-/* OpenAI's reset durations: "20ms", "1.5s", "6m0s". */
-static void fmt_duration(char *out, size_t n, double s)
-{
-    if (s < 1) {
-        snprintf(out, n, "%dms", (int)(s * 1000 + 0.999));
-    } else if (s < 60) {
-        snprintf(out, n, "%gs", (double)(int)(s * 1000 + 0.999) / 1000);
-    } else {
-        long t = (long)(s + 0.999);
-        if (t >= 3600)
-            snprintf(out, n, "%ldh%ldm%lds", t / 3600, t / 60 % 60, t % 60);
-        else
-            snprintf(out, n, "%ldm%lds", t / 60, t % 60);
-    }
-}
-
-/* The x-ratelimit-* headers of a keyed request (the limits it has). */
-static void ratelimit_headers(td_http_req_t *r, const td_admit_t *a)
-{
-    char v[64];
-    if (a->lim_req) {
-        snprintf(v, sizeof(v), "%" PRIu64, a->lim_req);
-        td_http_add_header(r, "x-ratelimit-limit-requests", v);
-        snprintf(v, sizeof(v), "%" PRIu64, a->rem_req);
-        td_http_add_header(r, "x-ratelimit-remaining-requests", v);
-        fmt_duration(v, sizeof(v), a->reset_req_s);
-        td_http_add_header(r, "x-ratelimit-reset-requests", v);
-    }
-    if (a->lim_tok) {
-        snprintf(v, sizeof(v), "%" PRIu64, a->lim_tok);
-        td_http_add_header(r, "x-ratelimit-limit-tokens", v);
-        snprintf(v, sizeof(v), "%" PRIu64, a->rem_tok);
-        td_http_add_header(r, "x-ratelimit-remaining-tokens", v);
-        fmt_duration(v, sizeof(v), a->reset_tok_s);
-        td_http_add_header(r, "x-ratelimit-reset-tokens", v);
-    }
-}
-
-/* Admit a keyed request that reserves `tokens`: true, or a 429 answered (false). */
-static bool admit(td_router_t *rt, hjob_t *h, td_http_req_t *r, td_api_kind_t kind,
-                  td_apikey_t *k, uint64_t tokens)
-{
-    td_admit_t a;
-    double now = td_now_s();
-    td_admit_result_t res = td_access_admit(rt->access, k, tokens, now, &a);
-    ratelimit_headers(r, &a);
-    if (res == TD_ADMIT_OK) {
-        memcpy(h->key_hash, k->hash, 32);
-        h->reserved = tokens;
-        h->use = a.use;
-        return true;
-    }
-    char msg[512], ra[32];
-    const char *code = "rate_limit_exceeded";
-    switch (res) {
-    case TD_ADMIT_REQUESTS:
-        snprintf(msg, sizeof(msg),
-                 "Rate limit reached for requests: limit %" PRIu64 " per %gs. Please try again "
-                 "in %.3gs.",
-                 k->rpm, rt->cfg.limit_window_s, a.retry_after_s);
-        break;
-    case TD_ADMIT_TOKENS:
-        snprintf(msg, sizeof(msg),
-                 "Rate limit reached for tokens: limit %" PRIu64 " per %gs, requested %" PRIu64
-                 " (prompt + max_tokens). Please try again in %.3gs.",
-                 k->tpm, rt->cfg.limit_window_s, tokens, a.retry_after_s);
-        break;
-    case TD_ADMIT_TOO_LARGE:
-        snprintf(msg, sizeof(msg),
-                 "Request too large: it reserves %" PRIu64 " tokens (prompt + max_tokens) and "
-                 "the key's limit is %" PRIu64 " per %gs. Lower max_tokens or the prompt.",
-                 tokens, k->tpm, rt->cfg.limit_window_s);
-        break;
-    default:
-        snprintf(msg, sizeof(msg),
-                 "Too many concurrent requests for tenant %s: its limit is reached. Please try "
-                 "again when one ends.",
-                 k->tenant);
-        code = "concurrency_limit_exceeded";
-        break;
-    }
-    if (res == TD_ADMIT_TOO_LARGE) /* waiting cannot help: the official clients read this */
-        td_http_add_header(r, "x-should-retry", "false");
-    if (a.retry_after_s > 0) {
-        snprintf(ra, sizeof(ra), "%d", (int)(a.retry_after_s + 0.999));
-        td_http_add_header(r, "Retry-After", ra);
-        snprintf(ra, sizeof(ra), "%d", (int)(a.retry_after_s * 1000 + 0.999));
-        td_http_add_header(r, "retry-after-ms", ra);
-    }
-    respond_error(r, kind, 429, NULL, code, msg);
-    return false;
+    return td__http_authorized(rt, r, kind, &k);
 }
 
 static bool method_is(td_http_req_t *r, const char *m, td_api_kind_t kind)
@@ -282,7 +78,7 @@ static bool method_is(td_http_req_t *r, const char *m, td_api_kind_t kind)
     td_http_add_header(r, "Allow", m);
     char msg[64];
     snprintf(msg, sizeof(msg), "Method not allowed: use %s", m);
-    respond_error(r, kind, 405, NULL, NULL, msg);
+    td__http_error(r, kind, 405, NULL, NULL, msg);
     return false;
 }
 
@@ -292,14 +88,12 @@ static void usage_of(const hjob_t *h, td_resp_usage_t *u);
 
 static void hjob_free(hjob_t *h)
 {
-    if (h->use) {
+    if (h->grant.use) {
         td_resp_usage_t u = {0};
         if (h->job)
             usage_of(h, &u);
-        uint64_t used = (uint64_t)u.prompt_tokens + (uint64_t)u.completion_tokens;
-        if (h->rt->access)
-            td_access_settle(h->rt->access, h->key_hash, h->reserved, used, td_now_s());
-        td_access_release(h->use);
+        td__http_grant_end(h->rt, &h->grant,
+                           (uint64_t)u.prompt_tokens + (uint64_t)u.completion_tokens);
     }
     for (size_t i = 0; i < h->n_seqs; i++) {
         td_buf_free(&h->ch[i].arena);
@@ -522,7 +316,7 @@ static void ev_done(td_job_t *j)
     td_buf_init(&out);
     int rc = td_resp_full(&out, &h->ctx, ch, j->n_seqs, &u);
     if (rc)
-        respond_error(h->req, h->api.kind, 500, NULL, NULL, "out of memory");
+        td__http_error(h->req, h->api.kind, 500, NULL, NULL, "out of memory");
     else
         td_http_respond(h->req, 200, "application/json", out.data, out.len);
     td_buf_free(&out);
@@ -541,12 +335,12 @@ static void ev_fail(td_job_t *j, int status, int code, const char *msg)
         if (!h->canceled) {
             td_resp_stream_error(
                 &h->out, &h->ctx,
-                h->api.kind == TD_API_MESSAGES ? anthropic_type(status) : openai_type(status), msg);
+                h->api.kind == TD_API_MESSAGES ? td__anthropic_type(status) : td__openai_type(status), msg);
             write_out(h);
         }
         td_http_stream_end(h->st);
     } else {
-        respond_error(h->req, h->api.kind, status == 499 ? 500 : status, NULL, NULL, msg);
+        td__http_error(h->req, h->api.kind, status == 499 ? 500 : status, NULL, NULL, msg);
     }
     hjob_free(h);
 }
@@ -594,11 +388,11 @@ static int prompt_tokens(td_router_t *rt, const td_api_prompt_t *p, td_tokens_t 
 static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind)
 {
     td_apikey_t *key;
-    if (!method_is(r, "POST", kind) || !authorized_key(rt, r, kind, &key))
+    if (!method_is(r, "POST", kind) || !td__http_authorized(rt, r, kind, &key))
         return;
     hjob_t *h = td_calloc(1, sizeof(*h));
     if (!h) {
-        respond_error(r, kind, 500, NULL, NULL, "out of memory");
+        td__http_error(r, kind, 500, NULL, NULL, "out of memory");
         return;
     }
     h->rt = rt;
@@ -712,7 +506,7 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
         uint64_t reserve = (uint64_t)h->n_seqs * (uint64_t)j->sp.max_tokens;
         for (size_t i = 0; i < n_prompts; i++)
             reserve += (uint64_t)toks[i].len * n;
-        if (!admit(rt, h, r, kind, key, reserve)) {
+        if (!td__http_admit(rt, r, kind, key, reserve, &h->grant)) {
             for (size_t i = 0; i < n_toks; i++)
                 td_tokens_free(&toks[i]);
             hjob_free(h);
@@ -784,7 +578,7 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
 fail:
     for (size_t i = 0; i < n_toks; i++)
         td_tokens_free(&toks[i]);
-    respond_error(r, kind, status, param, code, msg);
+    td__http_error(r, kind, status, param, code, msg);
     hjob_free(h);
 }
 
