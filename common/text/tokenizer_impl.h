@@ -163,6 +163,7 @@ typedef struct sym {
     int32_t prev;  /* index of the previous live symbol, -1 none */
     int32_t next;  /* index of the next live symbol, -1 none */
     uint32_t rank; /* scan mode: rank of the pair (this, next), UINT32_MAX none */
+    int32_t mid;   /* scan mode: the id that pair merges into (valid when rank is) */
 } td__sym_t;
 
 /* Per-call encode state, pooled on the tokenizer (scratch_get / scratch_put in tokenizer.c): one
