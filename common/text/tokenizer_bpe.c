@@ -15,8 +15,7 @@ static inline const struct td__merge_ent *merge_get(const td_tokenizer_t *tok, i
 {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     const td__mergemap_t *m = &tok->merges;
-    for (size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;;
-         i = (i + 1) & m->mask) {
+    for (size_t i = td__merge_slot(key, m->mask);; i = (i + 1) & m->mask) {
         const struct td__merge_ent *e = &m->ents[i];
         if (e->key == key)
             return e;

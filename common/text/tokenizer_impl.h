@@ -77,6 +77,12 @@ typedef struct td__mergemap {
     size_t n;
 } td__mergemap_t;
 
+/* The first slot to probe for the pair key `left << 32 | right`. */
+static inline size_t td__merge_slot(uint64_t key, size_t mask)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+}
+
 /* Per id: what decode writes and where the token text is. */
 typedef struct td__idinfo {
     uint32_t tok_off,
