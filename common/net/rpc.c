@@ -16,6 +16,8 @@
 #define NONCE_LEN 32u
 #define MAC_LEN 32u
 #define READ_CHUNK (64u << 10)
+#define FLUSH_AT (256u << 10)       /* bytes of sent frames that are written without waiting */
+#define FLUSH_KEEP_CAP (1u << 20)  /* a larger send buffer is freed once written */
 #define BACKOFF_MIN_MS 100u
 #define BACKOFF_MAX_MS 5000u
 
@@ -56,6 +58,8 @@ struct td_rpc_conn {
     char peer_id[128];
     char reason[256];
     size_t write_queue;          /* bytes handed to uv_write and not yet completed */
+    td_buf_t out;                /* frames sent in this loop iteration, not yet written */
+    uv_idle_t flush;             /* active while `out` holds bytes: writes them next iteration */
     char *rbuf;                  /* READ_CHUNK bytes for libuv reads */
     void *data;
 };
@@ -88,6 +92,7 @@ struct td_rpc_client {
     td_rpc_conn_t *conn;
 };
 
+/* What the kernel did not take at once: the bytes stay with their uv_write until it completes. */
 typedef struct write_req {
     uv_write_t req;
     td_rpc_conn_t *conn;
@@ -226,6 +231,7 @@ static void on_conn_handle_closed(uv_handle_t *h)
             c->next->prev = c->prev;
     }
     td_frame_reader_free(&c->reader);
+    td_buf_free(&c->out);
     free(c->rbuf);
     free(c);
     if (s)
@@ -236,10 +242,13 @@ static void on_conn_handle_closed(uv_handle_t *h)
 
 static void conn_close_handles(td_rpc_conn_t *c)
 {
-    c->open_handles = 2;
+    c->open_handles = 3;
     uv_close(&c->h.handle, on_conn_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
+    uv_close((uv_handle_t *)&c->flush, on_conn_handle_closed);
 }
+
+static void conn_flush(td_rpc_conn_t *c);
 
 static void set_reason(td_rpc_conn_t *c, int status, const char *reason)
 {
@@ -250,6 +259,9 @@ static void set_reason(td_rpc_conn_t *c, int status, const char *reason)
 void td_rpc_conn_close(td_rpc_conn_t *c, int status, const char *reason)
 {
     if (c->state == ST_CLOSING)
+        return;
+    conn_flush(c); /* what was sent before the close goes out, as far as the kernel takes it */
+    if (c->state == ST_CLOSING) /* the flush failed and closed it */
         return;
     c->state = ST_CLOSING;
     set_reason(c, status, reason);
@@ -268,6 +280,9 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 static void conn_close_flush(td_rpc_conn_t *c, int status, const char *reason)
 {
     if (c->state == ST_CLOSING)
+        return;
+    conn_flush(c); /* queued before the shutdown, so written before it */
+    if (c->state == ST_CLOSING) /* the flush failed and closed it */
         return;
     c->state = ST_CLOSING;
     set_reason(c, status, reason);
@@ -300,6 +315,57 @@ static void on_write(uv_write_t *req, int status)
         conn_fail(c, TD_ECONNRESET, "write failed: %s", uv_strerror(status));
 }
 
+/* Write what the loop iteration's sends gathered in `out`: as much as the kernel takes at once
+ * (no allocation), the rest through one uv_write that owns a copy. Frames reach the kernel in the
+ * order they were sent: uv_try_write refuses while an earlier uv_write is still queued. */
+static void conn_flush(td_rpc_conn_t *c)
+{
+    uv_idle_stop(&c->flush);
+    if (!c->out.len || c->state == ST_CLOSING)
+        return;
+    size_t done = 0;
+    int n = uv_try_write(&c->h.stream, &(uv_buf_t){.base = c->out.data, .len = c->out.len}, 1);
+    if (n > 0)
+        done = (size_t)n;
+    else if (n < 0 && n != UV_EAGAIN) {
+        td_buf_reset(&c->out);
+        conn_fail(c, TD_ECONNRESET, "write failed: %s", uv_strerror(n));
+        return;
+    }
+    if (done < c->out.len) {
+        size_t rest = c->out.len - done;
+        write_req_t *w = malloc(sizeof(*w) + rest);
+        if (!w) {
+            td_buf_reset(&c->out);
+            conn_fail(c, TD_ENOMEM, "out of memory for a write of %zu bytes", rest);
+            return;
+        }
+        memcpy(w->data, c->out.data + done, rest);
+        w->conn = c;
+        w->len = rest;
+        uv_buf_t buf = uv_buf_init(w->data, (unsigned)rest);
+        int rc = uv_write(&w->req, &c->h.stream, &buf, 1, on_write);
+        if (rc < 0) {
+            free(w);
+            td_buf_reset(&c->out);
+            conn_fail(c, TD_ECONNRESET, "write failed: %s", uv_strerror(rc));
+            return;
+        }
+        c->write_queue += rest;
+    }
+    td_buf_reset(&c->out);
+    if (c->out.cap > FLUSH_KEEP_CAP) /* keep a burst's buffer from staying */
+        td_buf_free(&c->out);
+}
+
+static void on_flush(uv_idle_t *h)
+{
+    conn_flush(h->data);
+}
+
+/* Pack the frame at the end of `out`. Every frame sent in one loop iteration leaves in one write
+ * at the start of the next (an idle handle, so the loop does not block in between), or at once
+ * when `out` passes FLUSH_AT bytes. */
 static int conn_send(td_rpc_conn_t *c, const Tandem__Frame *f)
 {
     if (c->state == ST_CLOSING)
@@ -307,26 +373,25 @@ static int conn_send(td_rpc_conn_t *c, const Tandem__Frame *f)
     size_t n = tandem__frame__get_packed_size(f);
     if (n > c->cfg->opts.max_frame)
         return td_err_set(TD_EOVERFLOW, "frame of %zu bytes exceeds the limit", n);
-    write_req_t *w = malloc(sizeof(*w) + TD_FRAME_HEADER + n);
-    if (!w)
+    if (td_buf_reserve(&c->out, TD_FRAME_HEADER + n))
         return TD_ENOMEM;
-    uint8_t *p = (uint8_t *)w->data;
+    uint8_t *p = (uint8_t *)c->out.data + c->out.len;
     p[0] = (uint8_t)(n >> 24);
     p[1] = (uint8_t)(n >> 16);
     p[2] = (uint8_t)(n >> 8);
     p[3] = (uint8_t)n;
     tandem__frame__pack(f, p + TD_FRAME_HEADER);
-    w->conn = c;
-    w->len = TD_FRAME_HEADER + n;
-    uv_buf_t buf = uv_buf_init(w->data, (unsigned)w->len);
-    int rc = uv_write(&w->req, &c->h.stream, &buf, 1, on_write);
-    if (rc < 0) {
-        free(w);
-        conn_fail(c, TD_ECONNRESET, "write failed: %s", uv_strerror(rc));
-        return TD_ECONNRESET;
-    }
-    c->write_queue += w->len;
+    c->out.len += TD_FRAME_HEADER + n;
+    if (c->out.len >= FLUSH_AT)
+        conn_flush(c);
+    else if (!uv_is_active((uv_handle_t *)&c->flush))
+        uv_idle_start(&c->flush, on_flush);
     return 0;
+}
+
+void td_rpc_conn_flush(td_rpc_conn_t *c)
+{
+    conn_flush(c);
 }
 
 int td_rpc_send(td_rpc_conn_t *c, const Tandem__Frame *f)
@@ -546,8 +611,11 @@ static td_rpc_conn_t *conn_new(uv_loop_t *loop, const rpc_cfg_t *cfg, bool is_un
     else
         uv_tcp_init(loop, &c->h.tcp);
     uv_timer_init(loop, &c->timer);
+    uv_idle_init(loop, &c->flush);
+    td_buf_init(&c->out);
     c->h.handle.data = c;
     c->timer.data = c;
+    c->flush.data = c;
     return c;
 }
 
@@ -824,7 +892,7 @@ const char *td_rpc_conn_reason(const td_rpc_conn_t *c)
 
 size_t td_rpc_conn_write_queue(const td_rpc_conn_t *c)
 {
-    return c->write_queue;
+    return c->write_queue + c->out.len;
 }
 
 void td_rpc_conn_set_data(td_rpc_conn_t *c, void *data)

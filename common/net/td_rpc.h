@@ -99,16 +99,21 @@ uint64_t td_rpc_client_attempts(const td_rpc_client_t *cl);
 /* Stop reconnecting, close the connection; freed once closed. */
 void td_rpc_client_stop(td_rpc_client_t *cl);
 
-/* Queue one frame for sending. 0, TD_ECLOSED when the conn is closing, TD_EAGAIN before the
- * handshake finished, TD_ENOMEM. */
+/* Queue one frame for sending. The frames a connection is sent in one loop iteration leave
+ * together in one write at the start of the next iteration (the loop does not block first), or at
+ * once past 256 KiB; closing the connection writes them first. 0, TD_ECLOSED when the conn is
+ * closing, TD_EAGAIN before the handshake finished, TD_ENOMEM. */
 int td_rpc_send(td_rpc_conn_t *c, const Tandem__Frame *f);
+/* Write the frames sent so far now instead of at the next loop iteration (what the kernel does
+ * not take at once stays queued in the loop). */
+void td_rpc_conn_flush(td_rpc_conn_t *c);
 /* Close a connection (on_close follows with `status`). */
 void td_rpc_conn_close(td_rpc_conn_t *c, int status, const char *reason);
 /* The authenticated peer id (client's worker_id as seen by the server), "" before auth. */
 const char *td_rpc_conn_peer_id(const td_rpc_conn_t *c);
 /* Why the connection closed, "" when it has not. */
 const char *td_rpc_conn_reason(const td_rpc_conn_t *c);
-/* Bytes queued for writing and not yet written (back-pressure signal). */
+/* Bytes sent and not yet written to the kernel (back-pressure signal). */
 size_t td_rpc_conn_write_queue(const td_rpc_conn_t *c);
 /* A per-connection user pointer, NULL at first. */
 void td_rpc_conn_set_data(td_rpc_conn_t *c, void *data);

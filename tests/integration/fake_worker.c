@@ -158,6 +158,9 @@ static void task_tick(uv_timer_t *tm)
     f.token_chunk = &c;
     send_frame(&f);
     if (o.die_after && sent_total >= o.die_after) {
+        td_rpc_conn_t *conn = td_rpc_client_conn(client);
+        if (conn) /* the chunk reaches the router before the crash */
+            td_rpc_conn_flush(conn);
         say("dying");
         _exit(0);
     }
