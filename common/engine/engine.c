@@ -82,16 +82,19 @@ int td_engine_create(const td_model_t *m, const td_engine_opts_t *opts, td_engin
     if (!arch)
         return td_err_set(TD_ENOTSUP, "%s: no forward for architecture %s", m->path,
                           td_arch_name(c->arch));
-    if (arch->head_width(c) > TD_CPU_MAX_HEAD)
-        return td_err_set(TD_ENOTSUP, "%s: head width beyond the CPU backend's %d", m->path,
-                          TD_CPU_MAX_HEAD);
+    td_backend_t *lent = opts ? opts->backend : NULL;
+    int max_head = lent ? lent->max_head : TD_CPU_MAX_HEAD;
+    if (arch->head_width(c) > max_head)
+        return td_err_set(TD_ENOTSUP, "%s: head width beyond the %s backend's %d", m->path,
+                          lent ? lent->name : "cpu", max_head);
     td_engine_t *e = td_calloc(1, sizeof(*e));
     if (!e)
         return td_err_set(TD_ENOMEM, "out of memory");
     e->m = m;
     e->arch = arch;
     e->inv_freq = td_calloc((size_t)c->rope_dim / 2 + 1, sizeof(float));
-    e->be = td_cpu_backend_create(opts && opts->n_threads > 0 ? opts->n_threads : 1);
+    e->own_be = lent == NULL;
+    e->be = lent ? lent : td_cpu_backend_create(opts && opts->n_threads > 0 ? opts->n_threads : 1);
     if (!e->inv_freq || !e->be) {
         td_engine_free(e);
         return td_err_set(TD_ENOMEM, "out of memory creating the engine");
@@ -107,10 +110,12 @@ void td_engine_free(td_engine_t *e)
 {
     if (!e)
         return;
-    if (e->be)
-        e->be->destroy(e->be);
+    if (e->be) {
+        e->be->free(e->be, e->arena, TD_MEM_SHARED);
+        if (e->own_be)
+            e->be->destroy(e->be);
+    }
     free(e->inv_freq);
-    free(e->arena);
     free(e);
 }
 
@@ -137,8 +142,8 @@ static int arena_reserve(td_engine_t *e, size_t n)
 {
     if (n <= e->arena_cap)
         return 0;
-    free(e->arena);
-    e->arena = aligned_alloc(64, TD_ALIGN_UP(n * sizeof(float), (size_t)64));
+    e->be->free(e->be, e->arena, TD_MEM_SHARED); /* host and device code both touch the arena */
+    e->arena = e->be->alloc(e->be, n * sizeof(float), TD_MEM_SHARED);
     e->arena_cap = e->arena ? n : 0;
     return e->arena ? 0 : td_err_set(TD_ENOMEM, "out of memory: %zu floats of scratch", n);
 }
@@ -205,6 +210,7 @@ int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int
 
     e->arch->forward(e, &s, x);
 
+    td__sync(e); /* the forward's last operations wrote x */
     if (n_out) {
         float *h = td__scratch(e, (size_t)n_out * H);      /* [n_out][hidden] last tokens */
         float *logits = td__scratch(e, (size_t)n_out * V); /* [n_out][vocab] */
@@ -215,6 +221,7 @@ int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int
         }
         e->be->rmsnorm(e->be, h, (int)H, h, (int)H, n_out, (int)H, e->m->out_norm, c->rms_eps);
         e->be->matmul(e->be, logits, (int)V, h, (int)H, n_out, &e->m->lm_head);
+        td__sync(e);
         for (int i = 0, o = 0; i < n; i++)
             if (seqs[i].logits)
                 memcpy(seqs[i].logits, logits + (o++) * V, V * sizeof(float));
