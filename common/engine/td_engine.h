@@ -18,8 +18,9 @@ typedef struct td_engine td_engine_t;
 
 typedef struct td_engine_opts {
     int n_threads;         /* CPU threads, the caller included; 0: 1 */
-    td_backend_t *backend; /* run on this backend (borrowed: it outlives the engine, one engine
-                              at a time); NULL: a CPU backend of n_threads the engine owns */
+    td_backend_t *backend; /* run on this backend (borrowed: it outlives the engine). A device
+                              backend caches weights and tables by host address: lend it to one
+                              engine only. NULL: a CPU backend of n_threads the engine owns */
 } td_engine_opts_t;
 
 /* Create an engine for `m` on the CPU backend, or opts->backend. Its KV pool must be in that

@@ -262,7 +262,10 @@ static void *upload(cuda_t *c, const td_mat_t *W, const float *vec, int64_t n_ve
     ck(cudaMalloc(&dev, bytes ? bytes : 1), "weight allocation");
     c->weight_bytes += bytes;
     if (!W) {
-        ck(cudaMemcpy(dev, vec, bytes, cudaMemcpyHostToDevice), "weight upload");
+        /* on our stream, then waited for: a plain cudaMemcpy from pageable memory may return
+         * before the DMA lands, and the non-blocking stream does not wait for it */
+        ck(cudaMemcpyAsync(dev, vec, bytes, cudaMemcpyHostToDevice, c->st), "vector upload");
+        ck(cudaStreamSynchronize(c->st), "vector upload");
     } else {
         /* convert a batch of rows into the pinned stage (fp32 first, packed to bf16 in place:
          * element i's bf16 is written at or before where its fp32 was read) */
