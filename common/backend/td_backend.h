@@ -96,6 +96,30 @@ void td_backend_kv_pool_free(td_backend_t *b, td_kv_pool_t *p);
 void td_backend_kv_block_out(td_backend_t *b, const td_kv_pool_t *p, int32_t id, void *dst);
 void td_backend_kv_block_in(td_backend_t *b, td_kv_pool_t *p, int32_t id, const void *src);
 
+/* What a device backend uploads for a step's cache locations: `words` holds, for each of T
+ * tokens, {pos, start, offset of its block table in the block ids, 0}, then the block ids: each
+ * distinct block table once (tokens of one sequence share it), up to the furthest block any of its
+ * tokens reaches. So token t's position p lives in block words[4T + words[4t + 2] + p / B]. */
+typedef struct td_tok_tables {
+    int32_t *words;
+    size_t n_words;
+    /* private */
+    size_t cap;
+    const int32_t **seq;  /* [seq_cap] distinct block tables */
+    int32_t *len, *off;   /* [seq_cap] blocks taken from each, and where they start in the ids */
+    int32_t *tok_seq;     /* [seq_cap] which of them each token uses */
+    size_t seq_cap;
+} td_tok_tables_t;
+
+/* Fill tt from toks (T >= 0, block size B); tt starts zeroed and is reused across calls. 0 or
+ * TD_ENOMEM. */
+int td_tok_tables_build(td_tok_tables_t *tt, const td_attn_tok_t *toks, int T, int B);
+void td_tok_tables_free(td_tok_tables_t *tt);
+
+/* out[i] = in[i] rounded to BF16 (nearest, ties to even; NaN stays NaN), as raw bits. in and out
+ * may overlap when out starts at or before in (in-place packing of a float buffer). */
+void td_bf16_round(const float *in, uint16_t *out, size_t n);
+
 /* The widest head (attn_gqa's head_dim) or latent (attn_mla's kv_rank) the CPU backend's attention
  * accumulates, in floats. */
 #define TD_CPU_MAX_HEAD 4096

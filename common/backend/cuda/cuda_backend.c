@@ -38,12 +38,10 @@ typedef struct cuda {
     void *pack; /* device: activations packed for a GEMM */
     size_t pack_bytes;
     int32_t *d_pos, *h_pos; /* device and last uploaded host copy of a position table */
-    size_t pos_cap, pos_n;
-    int32_t *d_tab, *h_tab, *h_new; /* step tables: [T] tdk_tok_t then block ids */
-    size_t tab_cap, tab_n, new_cap;
-    const int32_t **seq_ptr; /* distinct block tables of a step */
-    int32_t *seq_len, *seq_off;
-    size_t seq_cap;
+    size_t pos_cap, pos_n, h_pos_cap;
+    td_tok_tables_t tabs;    /* the step tables being built */
+    int32_t *d_tab, *h_tab;  /* their device copy and what was last uploaded there */
+    size_t tab_cap, tab_n, h_tab_cap;
     float *stage; /* pinned host staging for weight uploads */
     size_t stage_bytes;
 } cuda_t;
@@ -276,17 +274,8 @@ static void *upload(cuda_t *c, const td_mat_t *W, const float *vec, int64_t n_ve
             ck(cudaStreamSynchronize(c->st), "sync"); /* the stage's previous copy is done */
             for (int64_t r = 0; r < nr; r++)
                 td_mat_row_f32(W, r0 + r, c->stage + r * cols);
-            if (!c->fp32) {
-                uint16_t *o = (uint16_t *)c->stage;
-                for (int64_t i = 0; i < nr * cols; i++) {
-                    uint32_t u;
-                    memcpy(&u, &c->stage[i], 4);
-                    if ((u & 0x7fffffffu) > 0x7f800000u)
-                        o[i] = (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-                    else
-                        o[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16); /* RNE */
-                }
-            }
+            if (!c->fp32)
+                td_bf16_round(c->stage, (uint16_t *)c->stage, (size_t)(nr * cols));
             ck(cudaMemcpyAsync((uint8_t *)dev + (size_t)r0 * cols * elem, c->stage,
                                (size_t)nr * cols * elem, cudaMemcpyHostToDevice, c->st),
                "weight upload");
@@ -310,71 +299,30 @@ static const int32_t *upload_pos(cuda_t *c, const int32_t *pos, int T)
     size_t bytes = (size_t)T * sizeof(int32_t);
     if (c->pos_n == (size_t)T && memcmp(c->h_pos, pos, bytes) == 0)
         return c->d_pos; /* the same table as the last call (the other layers of a step) */
-    size_t hcap = c->pos_n * sizeof(int32_t), dcap = c->pos_cap;
-    if (bytes > dcap)
+    if (bytes > c->pos_cap)
         dev_reserve(c, (void **)&c->d_pos, &c->pos_cap, bytes);
-    c->h_pos = host_reserve(c->h_pos, &hcap, bytes);
+    c->h_pos = host_reserve(c->h_pos, &c->h_pos_cap, bytes);
     memcpy(c->h_pos, pos, bytes);
     c->pos_n = (size_t)T;
     ck(cudaMemcpyAsync(c->d_pos, pos, bytes, cudaMemcpyHostToDevice, c->st), "position upload");
     return c->d_pos;
 }
 
-/* Flatten the step's cache locations: tokens of one sequence share its block table, uploaded
- * once up to the furthest block any of them needs. Sets *toks and *blocks (device). */
+/* The step's cache locations on the device (td_tok_tables_build's layout, which tdk_tok_t and the
+ * kernels read): uploaded only when they differ from the last call's. */
 static void upload_toks(cuda_t *c, const td_attn_tok_t *toks, int T, int B, const tdk_tok_t **dt,
                         const int32_t **db)
 {
-    if ((size_t)T > c->seq_cap) {
-        size_t n = TD_MAX((size_t)T, 2 * c->seq_cap);
-        c->seq_ptr = realloc(c->seq_ptr, n * sizeof(*c->seq_ptr));
-        c->seq_len = realloc(c->seq_len, n * sizeof(*c->seq_len));
-        c->seq_off = realloc(c->seq_off, n * sizeof(*c->seq_off));
-        if (!c->seq_ptr || !c->seq_len || !c->seq_off)
-            fatal("step tables", 0, "out of memory");
-        c->seq_cap = n;
-    }
-    int n_seq = 0, last = -1;
-    size_t n_blocks = 0;
-    for (int t = 0; t < T; t++) {
-        int s = last >= 0 && c->seq_ptr[last] == toks[t].blocks ? last : -1;
-        for (int k = 0; s < 0 && k < n_seq; k++)
-            if (c->seq_ptr[k] == toks[t].blocks)
-                s = k;
-        if (s < 0) {
-            s = n_seq++;
-            c->seq_ptr[s] = toks[t].blocks;
-            c->seq_len[s] = 0;
-        }
-        c->seq_len[s] = TD_MAX(c->seq_len[s], toks[t].pos / B + 1);
-        last = s;
-    }
-    for (int s = 0; s < n_seq; s++) {
-        c->seq_off[s] = (int32_t)n_blocks;
-        n_blocks += (size_t)c->seq_len[s];
-    }
-    size_t words = (size_t)T * 4 + n_blocks, bytes = words * sizeof(int32_t);
-    c->h_new = host_reserve(c->h_new, &c->new_cap, bytes);
-    tdk_tok_t *ht = (tdk_tok_t *)c->h_new;
-    last = -1;
-    for (int t = 0; t < T; t++) {
-        int s = last >= 0 && c->seq_ptr[last] == toks[t].blocks ? last : 0;
-        while (c->seq_ptr[s] != toks[t].blocks)
-            s++;
-        ht[t] = (tdk_tok_t){toks[t].pos, toks[t].start, c->seq_off[s], 0};
-        last = s;
-    }
-    for (int s = 0; s < n_seq; s++)
-        memcpy(c->h_new + (size_t)T * 4 + c->seq_off[s], c->seq_ptr[s],
-               (size_t)c->seq_len[s] * sizeof(int32_t));
-    if (c->tab_n != words || memcmp(c->h_tab, c->h_new, bytes) != 0) {
-        size_t hcap = c->tab_n * sizeof(int32_t);
+    if (td_tok_tables_build(&c->tabs, toks, T, B) != 0)
+        fatal("step tables", 0, td_err_msg());
+    size_t words = c->tabs.n_words, bytes = words * sizeof(int32_t);
+    if (c->tab_n != words || memcmp(c->h_tab, c->tabs.words, bytes) != 0) {
         if (bytes > c->tab_cap)
             dev_reserve(c, (void **)&c->d_tab, &c->tab_cap, bytes);
-        c->h_tab = host_reserve(c->h_tab, &hcap, bytes);
-        memcpy(c->h_tab, c->h_new, bytes);
+        c->h_tab = host_reserve(c->h_tab, &c->h_tab_cap, bytes);
+        memcpy(c->h_tab, c->tabs.words, bytes);
         c->tab_n = words;
-        ck(cudaMemcpyAsync(c->d_tab, c->h_new, bytes, cudaMemcpyHostToDevice, c->st),
+        ck(cudaMemcpyAsync(c->d_tab, c->h_tab, bytes, cudaMemcpyHostToDevice, c->st),
            "block table upload");
     }
     *dt = (const tdk_tok_t *)c->d_tab;
@@ -389,6 +337,14 @@ static tdk_pool_t pool_view(const td_kv_pool_t *p)
                     (int64_t)(p->layout.layer_bytes / sizeof(float)), p->layout.token_floats,
                     p->layout.block_size};
     return v;
+}
+
+/* The pool as kernels see it and the step's tables on the device. */
+static void step_tables(cuda_t *c, const td_kv_pool_t *pool, const td_attn_tok_t *toks, int T,
+                        tdk_pool_t *pv, const tdk_tok_t **dt, const int32_t **db)
+{
+    *pv = pool_view(pool);
+    upload_toks(c, toks, T, pool->layout.block_size, dt, db);
 }
 
 /* ---------- operations ---------- */
@@ -481,10 +437,10 @@ static void cu_kv_store(td_backend_t *b, td_kv_pool_t *pool, int layer, const td
     cuda_t *c = b->impl;
     if (T <= 0)
         return;
-    tdk_pool_t pv = pool_view(pool);
+    tdk_pool_t pv;
     const tdk_tok_t *dt;
     const int32_t *db;
-    upload_toks(c, toks, T, pool->layout.block_size, &dt, &db);
+    step_tables(c, pool, toks, T, &pv, &dt, &db);
     ckk(tdk_kv_store(c->st, pv, layer, dt, db, T, src, src_ld), "kv_store");
 }
 
@@ -495,10 +451,10 @@ static void cu_attn_gqa(td_backend_t *b, float *out, int out_ld, const float *q,
     cuda_t *c = b->impl;
     if (T <= 0)
         return;
-    tdk_pool_t pv = pool_view(pool);
+    tdk_pool_t pv;
     const tdk_tok_t *dt;
     const int32_t *db;
-    upload_toks(c, toks, T, pool->layout.block_size, &dt, &db);
+    step_tables(c, pool, toks, T, &pv, &dt, &db);
     tdk_attn_t a = {
         .out = out, .out_ld = out_ld, .out_head_ld = head_dim,
         .q1 = q, .q1_ld = q_ld, .q1_head_ld = head_dim, .n1 = head_dim, .nv = head_dim,
@@ -516,10 +472,10 @@ static void cu_attn_mla(td_backend_t *b, float *out, const float *q_lat, const f
     cuda_t *c = b->impl;
     if (T <= 0)
         return;
-    tdk_pool_t pv = pool_view(pool);
+    tdk_pool_t pv;
     const tdk_tok_t *dt;
     const int32_t *db;
-    upload_toks(c, toks, T, pool->layout.block_size, &dt, &db);
+    step_tables(c, pool, toks, T, &pv, &dt, &db);
     tdk_attn_t a = {
         .out = out, .out_ld = n_heads * kv_rank, .out_head_ld = kv_rank,
         .q1 = q_lat, .q1_ld = n_heads * kv_rank, .q1_head_ld = kv_rank, .n1 = kv_rank,
@@ -529,6 +485,8 @@ static void cu_attn_mla(td_backend_t *b, float *out, const float *q_lat, const f
     };
     ckk(tdk_attn(c->st, &a, T, pv, dt, db), "attn_mla");
 }
+
+_Static_assert(sizeof(tdk_tok_t) == 4 * sizeof(int32_t), "td_tok_tables_t's token words");
 
 /* ---------- lifecycle ---------- */
 
@@ -550,10 +508,7 @@ static void cu_destroy(td_backend_t *b)
         cudaFree(c->d_tab);
         free(c->h_pos);
         free(c->h_tab);
-        free(c->h_new);
-        free(c->seq_ptr);
-        free(c->seq_len);
-        free(c->seq_off);
+        td_tok_tables_free(&c->tabs);
         if (c->stage)
             cudaFreeHost(c->stage);
         if (c->blas)

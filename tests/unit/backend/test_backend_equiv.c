@@ -13,6 +13,7 @@
  * A greedy id may differ only where the CPU's best two logits are closer than twice the mode's
  * logit tolerance (a near tie the rounding can flip); any other difference fails. */
 #include "td_backend.h"
+#include "golden_fixture.h"
 #include "td_check.h"
 #include "td_engine.h"
 #include "td_error.h"
@@ -24,6 +25,7 @@
 #endif
 
 #include <check.h>
+#include <float.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
@@ -508,6 +510,93 @@ START_TEST(test_memory)
 }
 END_TEST
 
+/* ---------- what a device backend prepares on the host ---------- */
+
+START_TEST(test_tok_tables)
+{
+    /* three sequences, tokens interleaved (a sequence's tokens need not be adjacent) */
+    int32_t a[5] = {7, 3, 9, 1, 4}, b[2] = {11, 12}, c[1] = {5};
+    td_attn_tok_t toks[] = {{a, 0, 0}, {a, 1, 0}, {b, 5, 2}, {a, 17, 3}, {c, 2, 0},
+                            {b, 7, 0}, {a, 6, 0}};
+    const int T = (int)TD_ARRAY_LEN(toks), B = 4;
+    td_tok_tables_t tt = {0};
+    for (int round = 0; round < 2; round++) { /* reused: the second build starts from the first */
+        ck_assert_int_eq(td_tok_tables_build(&tt, toks, T - round, B), 0);
+        int n = T - round;
+        /* a: 17 / 4 + 1 = 5 blocks, b: 2, c: 1: each table once */
+        ck_assert_uint_eq(tt.n_words, (size_t)n * 4 + 5 + 2 + 1);
+        for (int t = 0; t < n; t++) {
+            const int32_t *w = tt.words + 4 * t;
+            ck_assert_int_eq(w[0], toks[t].pos);
+            ck_assert_int_eq(w[1], toks[t].start);
+            ck_assert_int_eq(w[3], 0);
+            for (int p = 0; p <= toks[t].pos; p++)
+                ck_assert_int_eq(tt.words[4 * n + w[2] + p / B], toks[t].blocks[p / B]);
+        }
+    }
+    ck_assert_int_eq(td_tok_tables_build(&tt, toks, 0, B), 0);
+    ck_assert_uint_eq(tt.n_words, 0);
+    td_tok_tables_free(&tt);
+}
+END_TEST
+
+/* The nearest BF16 by search over the two candidates, ties to even: independent of the shifts
+ * td_bf16_round uses. */
+static uint16_t bf16_nearest(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+    if (isinf(f))
+        return lo;
+    uint32_t ul = (uint32_t)lo << 16, uh = (uint32_t)hi << 16;
+    float fl, fh;
+    memcpy(&fl, &ul, 4);
+    memcpy(&fh, &uh, 4);
+    double dl = fabs((double)f - fl), dh = isinf(fh) && !isinf(f)
+                                               ? fabs((double)f - copysign(0x1p128, f))
+                                               : fabs((double)f - fh);
+    if (dl != dh)
+        return dl < dh ? lo : hi;
+    return (lo & 1) ? hi : lo;
+}
+
+START_TEST(test_bf16_round)
+{
+    enum { N = 200000 };
+    float *in = malloc(N * sizeof(float));
+    uint16_t *out = malloc(N * sizeof(uint16_t));
+    for (int i = 0; i < N; i++) {
+        rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t u = (uint32_t)(rng_state >> 32);
+        if (i % 4 == 0)
+            u = (u & 0xffff0000u) | 0x8000u; /* exact ties */
+        memcpy(&in[i], &u, 4);
+        if (isnan(in[i]))
+            in[i] = 1.0f;
+    }
+    in[0] = FLT_MAX; /* rounds up to infinity */
+    in[1] = INFINITY;
+    in[2] = -0.0f;
+    in[3] = 0x1p-140f; /* subnormal */
+    td_bf16_round(in, out, N);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(out[i] == bf16_nearest(in[i]), "bf16(%a): %04x, want %04x", in[i], out[i],
+                      bf16_nearest(in[i]));
+    ck_assert_uint_eq(out[0], 0x7f80);
+    float nan = NAN;
+    uint16_t h;
+    td_bf16_round(&nan, &h, 1);
+    ck_assert_msg((h & 0x7f80) == 0x7f80 && (h & 0x7f), "NaN rounded to %04x", h);
+    /* in place over the float buffer, as the weight upload packs */
+    uint16_t *inplace = (uint16_t *)in;
+    td_bf16_round(in, inplace, N);
+    ck_assert_int_eq(memcmp(inplace, out, N * sizeof(uint16_t)), 0);
+    free(in);
+    free(out);
+}
+END_TEST
+
 /* ---------- the engine ---------- */
 
 static int argmax2(const float *v, int n, double *margin)
@@ -656,28 +745,6 @@ START_TEST(test_engine_tiny_models)
 }
 END_TEST
 
-static char golden_dir[4096];
-
-static bool have_golden(void)
-{
-    const char *g = getenv("TD_GOLDEN_DIR"), *src = getenv("TD_SOURCE_ROOT");
-    if (g)
-        snprintf(golden_dir, sizeof(golden_dir), "%s", g);
-    else
-        snprintf(golden_dir, sizeof(golden_dir), "%s/../shared/golden", src ? src : ".");
-    return access(golden_dir, R_OK) == 0;
-}
-
-static double log_softmax_at(const float *logits, int V, int id)
-{
-    double mx = -INFINITY, sum = 0;
-    for (int i = 0; i < V; i++)
-        mx = fmax(mx, logits[i]);
-    for (int i = 0; i < V; i++)
-        sum += exp((double)logits[i] - mx);
-    return (double)logits[id] - mx - log(sum);
-}
-
 /* One golden fixture on the backend under test: the prompt prefilled, then the golden ids fed one
  * by one; each step's greedy id must be the golden one (unless the golden top two are within the
  * mode's logprob tolerance) and its top-5 logprobs within that tolerance. */
@@ -788,6 +855,8 @@ int main(void)
     tcase_add_loop_test(ops, test_attn_gqa, 0, N_MODES);
     tcase_add_loop_test(ops, test_attn_mla, 0, N_MODES);
     tcase_add_loop_test(ops, test_memory, 0, N_MODES);
+    tcase_add_test(ops, test_tok_tables);
+    tcase_add_test(ops, test_bf16_round);
     tcase_add_loop_test(eng, test_engine_tiny_models, 0, N_MODES);
     tcase_add_loop_test(eng, test_golden, 0, N_MODES);
     tcase_set_timeout(eng, 600);
