@@ -39,9 +39,18 @@ gen() { [ -f "$models/$2/config.json" ] || "$build/tools/tandem" mkmodel --arch 
 gen llama llama8b & gen_llama=$!
 gen deepseek_v2 dsv2lite & gen_ds=$!
 
-say "backend equivalence and golden fixtures on the device"
+# the golden fixtures: $TD_GOLDEN_DIR, ../shared/golden beside the tree, or shared/golden inside it
+# (copy ../shared/golden there when the tree travels to a device machine without its neighbours)
+golden=${TD_GOLDEN_DIR:-}
+for g in "$src/../shared/golden" "$src/shared/golden"; do
+    [ -z "$golden" ] && [ -f "$g/llama_tiny/golden.json" ] && golden=$g
+done
+[ -n "$golden" ] || { say "no golden fixtures (set TD_GOLDEN_DIR or copy ../shared/golden to shared/golden)"; exit 1; }
+
+say "backend equivalence and golden fixtures ($golden) on the device"
 set +e
-TD_SOURCE_ROOT=$src TD_BUILD_ROOT=$build CK_DEFAULT_TIMEOUT=600 "$build/tests/unit/test_backend_cuda"
+TD_SOURCE_ROOT=$src TD_BUILD_ROOT=$build TD_GOLDEN_DIR=$golden TD_REQUIRE_GOLDEN=1 \
+    CK_DEFAULT_TIMEOUT=600 "$build/tests/unit/test_backend_cuda"
 rc=$?
 set -e
 case $rc in

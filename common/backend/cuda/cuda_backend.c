@@ -72,11 +72,20 @@ static void ckb(cublasStatus_t s, const char *what)
         fatal(what, (int)s, cublasGetStatusString(s));
 }
 
+/* The backend's state, with its device current on the calling thread (the CUDA runtime keeps the
+ * current device per thread; the engine may run on another thread than the one that created it). */
+static cuda_t *ctx(td_backend_t *b)
+{
+    cuda_t *c = b->impl;
+    ck(cudaSetDevice(c->device), "cudaSetDevice");
+    return c;
+}
+
 /* ---------- memory ---------- */
 
 static void *cu_alloc(td_backend_t *b, size_t bytes, td_mem_kind_t kind)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     size_t n = TD_ALIGN_UP(bytes ? bytes : 1, (size_t)256);
     void *p = NULL;
     cudaError_t e = cudaSuccess;
@@ -112,7 +121,7 @@ static void cu_free(td_backend_t *b, void *p, td_mem_kind_t kind)
 {
     if (!p)
         return;
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     switch (kind) {
     case TD_MEM_HOST:
         free(p);
@@ -131,13 +140,13 @@ static void cu_free(td_backend_t *b, void *p, td_mem_kind_t kind)
 
 static void cu_copy(td_backend_t *b, void *dst, const void *src, size_t bytes)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     ck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->st), "copy");
 }
 
 static void cu_sync(td_backend_t *b)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     ck(cudaStreamSynchronize(c->st), "sync");
 }
 
@@ -365,7 +374,7 @@ static const void *gemm_b(cuda_t *c, const float *x, int x_ld, int T, int64_t n,
 static void cu_matmul(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
                       const td_mat_t *W)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     if (T <= 0 || W->rows == 0)
         return;
     const void *A = upload(c, W, NULL, 0);
@@ -383,7 +392,7 @@ static void cu_matmul(td_backend_t *b, float *out, int out_ld, const float *x, i
 static void cu_matmul_t(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
                         const td_mat_t *W, int64_t row0, int64_t n_rows)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     if (T <= 0)
         return;
     const uint8_t *A = upload(c, W, NULL, 0);
@@ -402,7 +411,7 @@ static void cu_matmul_t(td_backend_t *b, float *out, int out_ld, const float *x,
 static void cu_rmsnorm(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
                        int n, const float *w, float eps)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     ckk(tdk_rmsnorm(c->st, out, out_ld, x, x_ld, T, n, host_vec(c, w, n), eps), "rmsnorm");
 }
 
@@ -410,7 +419,7 @@ static void cu_rope(td_backend_t *b, float *x, int ld, int T, int n_heads, int h
                     int rope_dim, const int32_t *pos, const float *inv_freq, float mscale,
                     bool interleaved)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     if (T <= 0 || rope_dim < 2)
         return;
     const float *f = host_vec(c, inv_freq, rope_dim / 2);
@@ -421,20 +430,20 @@ static void cu_rope(td_backend_t *b, float *x, int ld, int T, int n_heads, int h
 
 static void cu_silu_mul(td_backend_t *b, float *g, int g_ld, const float *u, int u_ld, int T, int n)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     ckk(tdk_silu_mul(c->st, g, g_ld, u, u_ld, T, n), "silu_mul");
 }
 
 static void cu_add(td_backend_t *b, float *x, const float *y, size_t n)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     ckk(tdk_add(c->st, x, y, n), "add");
 }
 
 static void cu_kv_store(td_backend_t *b, td_kv_pool_t *pool, int layer, const td_attn_tok_t *toks,
                         int T, const float *src, int src_ld)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     if (T <= 0)
         return;
     tdk_pool_t pv;
@@ -448,7 +457,7 @@ static void cu_attn_gqa(td_backend_t *b, float *out, int out_ld, const float *q,
                         const td_attn_tok_t *toks, const td_kv_pool_t *pool, int layer,
                         int n_heads, int n_kv_heads, int head_dim, float scale)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     if (T <= 0)
         return;
     tdk_pool_t pv;
@@ -469,7 +478,7 @@ static void cu_attn_mla(td_backend_t *b, float *out, const float *q_lat, const f
                         const td_kv_pool_t *pool, int layer, int n_heads, int kv_rank,
                         int rope_dim, float scale)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     if (T <= 0)
         return;
     tdk_pool_t pv;
@@ -494,8 +503,9 @@ static void cu_destroy(td_backend_t *b)
 {
     if (!b)
         return;
-    cuda_t *c = b->impl;
+    cuda_t *c = b->impl; /* also after a failed creation: no check */
     if (c) {
+        cudaSetDevice(c->device);
         if (c->st)
             cudaStreamSynchronize(c->st);
         for (int i = 0; i < c->n_ents; i++)
@@ -608,7 +618,7 @@ size_t td_cuda_weight_bytes(const td_backend_t *b)
 
 int td_cuda_measure_peaks(td_backend_t *b, double *hbm_gbs, double *gemm_tflops)
 {
-    cuda_t *c = b->impl;
+    cuda_t *c = ctx(b);
     const size_t bytes = (size_t)1 << 30;
     const int n = 8192, reps = 10;
     void *src = NULL, *dst = NULL, *A = NULL, *Bm = NULL, *C = NULL;
