@@ -31,6 +31,8 @@ struct td_engine {
     float *arena;
     size_t arena_cap; /* floats */
     size_t arena_used;
+    float *emb; /* host staging of a step's embeddings for a device backend, grown as needed */
+    size_t emb_cap;
 };
 
 /* The simulated engine's step (sim.c), after td_engine_step's checks. */

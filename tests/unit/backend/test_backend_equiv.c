@@ -6,7 +6,8 @@
  *   within the mode's tolerance). Without a CUDA device (no driver, or none found) it says why
  *   and exits 77, which meson reports as SKIP.
  * - backend_equiv_cpu (always): the same harness with a CPU backend of other thread count lent
- *   to the engine, its buffers and KV pool from its own alloc hooks; every result must be
+ *   to the engine, its buffers and KV pool from its own alloc hooks, and marked as keeping its
+ *   pool in device memory so the engine takes the paths it takes on a GPU; every result must be
  *   bitwise equal (the CPU backend is thread-count invariant). This proves the harness and the
  *   engine's lent-backend path on machines without a GPU.
  *
@@ -65,7 +66,12 @@ static td_backend_t *dut(int mode)
     return b;
 #else
     (void)mode;
-    return td_cpu_backend_create(3);
+    td_backend_t *b = td_cpu_backend_create(3);
+    ck_assert_ptr_nonnull(b);
+    /* the CPU backend's memory is host memory whatever the kind; saying its pool is device memory
+     * makes the engine take its device paths (staged embeddings, copies instead of stores) */
+    b->kv_mem = TD_MEM_DEVICE;
+    return b;
 #endif
 }
 
