@@ -29,10 +29,10 @@ static double active_params(const td_model_t *m)
     double p = mat_params(&m->lm_head);
     for (int l = 0; l < c->n_layers; l++) {
         const td_layer_w_t *w = &m->layers[l];
-        const td_mat_t *ms[] = {&w->wq,     &w->wk,     &w->wv,    &w->wo,     &w->wq_a,
-                                &w->wq_b,   &w->wkv_a,  &w->wkv_b, &w->wk_b_t, &w->wv_b,
-                                &w->w_gate, &w->w_up,   &w->w_down, &w->w_router,
-                                &w->sh_gate, &w->sh_up, &w->sh_down};
+        const td_mat_t *ms[] = {&w->wq,     &w->wk,     &w->wv,     &w->wo,       &w->wq_a,
+                                &w->wq_b,   &w->wkv_a,  &w->wkv_b,  &w->wk_b_t,   &w->wv_b,
+                                &w->w_gate, &w->w_up,   &w->w_down, &w->w_router, &w->sh_gate,
+                                &w->sh_up,  &w->sh_down};
         for (size_t i = 0; i < TD_ARRAY_LEN(ms); i++)
             p += mat_params(ms[i]);
         if (w->is_moe && w->exp_gate)

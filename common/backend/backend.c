@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int td_backend_kv_pool_init(td_backend_t *b, td_kv_pool_t *p, const td_kv_layout_t *l,
-                            int n_blocks)
+int td_backend_kv_pool_init(td_backend_t *b, td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks)
 {
     if (n_blocks < 1 || l->block_bytes == 0)
         return td_err_set(TD_EINVAL, "kv pool of %d blocks", n_blocks);

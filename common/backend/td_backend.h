@@ -105,9 +105,9 @@ typedef struct td_tok_tables {
     size_t n_words;
     /* private */
     size_t cap;
-    const int32_t **seq;  /* [seq_cap] distinct block tables */
-    int32_t *len, *off;   /* [seq_cap] blocks taken from each, and where they start in the ids */
-    int32_t *tok_seq;     /* [seq_cap] which of them each token uses */
+    const int32_t **seq; /* [seq_cap] distinct block tables */
+    int32_t *len, *off;  /* [seq_cap] blocks taken from each, and where they start in the ids */
+    int32_t *tok_seq;    /* [seq_cap] which of them each token uses */
     size_t seq_cap;
 } td_tok_tables_t;
 

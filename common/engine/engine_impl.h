@@ -23,7 +23,7 @@ struct td_engine {
     bool is_sim;       /* the simulated engine (sim.c): no backend, no math */
     td_sim_opts_t sim; /* its latency model */
     td_backend_t *be;
-    bool own_be;       /* be was created here (the CPU backend), not lent by the caller */
+    bool own_be;       /* be was created here, not lent by the caller */
     float *inv_freq;   /* [rope_dim / 2] RoPE frequencies after scaling */
     float rope_mscale; /* multiplies cos and sin (YaRN attention factor) */
     float attn_scale;  /* softmax scale (MLA: with YaRN's mscale squared) */

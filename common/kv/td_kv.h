@@ -53,7 +53,8 @@ typedef enum td_mem_kind {
     TD_MEM_PINNED,
 } td_mem_kind_t;
 
-/* A pool of blocks, in host memory unless mem_kind says otherwise, refcounted, with the worker's prefix cache (tier 0) in it.
+/* A pool of blocks, in host memory unless mem_kind says otherwise, refcounted, with the worker's
+ * prefix cache (tier 0) in it.
  *
  * A full block whose content is known by its chain hash (td_kvhash.h) can be *published*: the
  * pool then finds it by that hash, and when its last reference goes it is not freed but kept as
@@ -74,7 +75,8 @@ typedef struct td_kv_pool {
     int n_free;    /* allocatable: n_stack + n_evictable */
     int32_t *refs; /* [n_blocks] reference counts (0: free or cached) */
     bool borrowed; /* mem belongs to someone else (a registered data-plane pool) */
-    td_mem_kind_t mem_kind; /* where mem lives: HOST unless made by td_kv_pool_init_mem_kind */
+    /* where mem lives: HOST unless made by td_kv_pool_init_mem_kind */
+    td_mem_kind_t mem_kind;
     /* prefix cache */
     td_kvhash_t *hash;   /* [n_blocks] a published block's hash */
     uint8_t *cached;     /* [n_blocks] 1: published (findable by hash) */

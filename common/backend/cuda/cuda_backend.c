@@ -39,8 +39,8 @@ typedef struct cuda {
     size_t pack_bytes;
     int32_t *d_pos, *h_pos; /* device and last uploaded host copy of a position table */
     size_t pos_cap, pos_n, h_pos_cap;
-    td_tok_tables_t tabs;    /* the step tables being built */
-    int32_t *d_tab, *h_tab;  /* their device copy and what was last uploaded there */
+    td_tok_tables_t tabs;   /* the step tables being built */
+    int32_t *d_tab, *h_tab; /* their device copy and what was last uploaded there */
     size_t tab_cap, tab_n, h_tab_cap;
     float *stage; /* pinned host staging for weight uploads */
     size_t stage_bytes;
@@ -454,8 +454,8 @@ static void cu_kv_store(td_backend_t *b, td_kv_pool_t *pool, int layer, const td
 }
 
 static void cu_attn_gqa(td_backend_t *b, float *out, int out_ld, const float *q, int q_ld, int T,
-                        const td_attn_tok_t *toks, const td_kv_pool_t *pool, int layer,
-                        int n_heads, int n_kv_heads, int head_dim, float scale)
+                        const td_attn_tok_t *toks, const td_kv_pool_t *pool, int layer, int n_heads,
+                        int n_kv_heads, int head_dim, float scale)
 {
     cuda_t *c = ctx(b);
     if (T <= 0)
@@ -465,18 +465,30 @@ static void cu_attn_gqa(td_backend_t *b, float *out, int out_ld, const float *q,
     const int32_t *db;
     step_tables(c, pool, toks, T, &pv, &dt, &db);
     tdk_attn_t a = {
-        .out = out, .out_ld = out_ld, .out_head_ld = head_dim,
-        .q1 = q, .q1_ld = q_ld, .q1_head_ld = head_dim, .n1 = head_dim, .nv = head_dim,
-        .k1_off = 0, .k1_head = head_dim, .v_off = n_kv_heads * head_dim, .v_head = head_dim,
-        .n_heads = n_heads, .group = n_heads / n_kv_heads, .layer = layer, .scale = scale,
+        .out = out,
+        .out_ld = out_ld,
+        .out_head_ld = head_dim,
+        .q1 = q,
+        .q1_ld = q_ld,
+        .q1_head_ld = head_dim,
+        .n1 = head_dim,
+        .nv = head_dim,
+        .k1_off = 0,
+        .k1_head = head_dim,
+        .v_off = n_kv_heads * head_dim,
+        .v_head = head_dim,
+        .n_heads = n_heads,
+        .group = n_heads / n_kv_heads,
+        .layer = layer,
+        .scale = scale,
     };
     ckk(tdk_attn(c->st, &a, T, pv, dt, db), "attn_gqa");
 }
 
 static void cu_attn_mla(td_backend_t *b, float *out, const float *q_lat, const float *q_pe,
                         int q_pe_ld, int q_pe_head_ld, int T, const td_attn_tok_t *toks,
-                        const td_kv_pool_t *pool, int layer, int n_heads, int kv_rank,
-                        int rope_dim, float scale)
+                        const td_kv_pool_t *pool, int layer, int n_heads, int kv_rank, int rope_dim,
+                        float scale)
 {
     cuda_t *c = ctx(b);
     if (T <= 0)
@@ -486,11 +498,27 @@ static void cu_attn_mla(td_backend_t *b, float *out, const float *q_lat, const f
     const int32_t *db;
     step_tables(c, pool, toks, T, &pv, &dt, &db);
     tdk_attn_t a = {
-        .out = out, .out_ld = n_heads * kv_rank, .out_head_ld = kv_rank,
-        .q1 = q_lat, .q1_ld = n_heads * kv_rank, .q1_head_ld = kv_rank, .n1 = kv_rank,
-        .q2 = q_pe, .q2_ld = q_pe_ld, .q2_head_ld = q_pe_head_ld, .n2 = rope_dim,
-        .nv = kv_rank, .k1_off = 0, .k1_head = 0, .k2_off = kv_rank, .v_off = 0, .v_head = 0,
-        .n_heads = n_heads, .group = 1, .layer = layer, .scale = scale,
+        .out = out,
+        .out_ld = n_heads * kv_rank,
+        .out_head_ld = kv_rank,
+        .q1 = q_lat,
+        .q1_ld = n_heads * kv_rank,
+        .q1_head_ld = kv_rank,
+        .n1 = kv_rank,
+        .q2 = q_pe,
+        .q2_ld = q_pe_ld,
+        .q2_head_ld = q_pe_head_ld,
+        .n2 = rope_dim,
+        .nv = kv_rank,
+        .k1_off = 0,
+        .k1_head = 0,
+        .k2_off = kv_rank,
+        .v_off = 0,
+        .v_head = 0,
+        .n_heads = n_heads,
+        .group = 1,
+        .layer = layer,
+        .scale = scale,
     };
     ckk(tdk_attn(c->st, &a, T, pv, dt, db), "attn_mla");
 }

@@ -128,8 +128,9 @@ static void expect_close(const char *what, const tol_t *t, const float *got, con
             continue;
         }
         double lim = t->abs + rel * (bound ? bound[i] : fabs(want[i]));
-        ck_assert_msg(fabs((double)got[i] - want[i]) <= lim, "%s (%s) [%zu]: %.9g, want %.9g +- %.3g",
-                      what, t->name, i, got[i], want[i], lim);
+        ck_assert_msg(fabs((double)got[i] - want[i]) <= lim,
+                      "%s (%s) [%zu]: %.9g, want %.9g +- %.3g", what, t->name, i, got[i], want[i],
+                      lim);
     }
 }
 
@@ -457,7 +458,8 @@ START_TEST(test_attn_mla)
         float *ql = rand_vec(nl, 1), *qpe = rand_vec(npe, 1), *want = calloc(nl, sizeof(float));
         float *dql = up(b, ql, nl), *dqpe = up(b, qpe, npe), *dout = up(b, want, nl);
         float scale = 0.7f / sqrtf((float)qk);
-        /* q_pe sits after 16 "nope" values inside each head of a [nh][qk] row, as the engine has it */
+        /* q_pe sits after 16 "nope" values inside each head of a [nh][qk] row, as the engine has it
+         */
         ref->attn_mla(ref, want, ql, qpe + 16, nh * qk, qk, T, q, &f.pref, 1, nh, R, rope, scale);
         b->attn_mla(b, dout, dql, dqpe + 16, nh * qk, qk, T, q, &f.pdut, 1, nh, R, rope, scale);
         float *got = down(b, dout, nl);
@@ -501,7 +503,8 @@ START_TEST(test_memory)
     td_kv_pool_t p;
     ck_assert_int_eq(td_backend_kv_pool_init(b, &p, &lay, 5), 0);
     ck_assert_int_eq(p.mem_kind, b->kv_mem);
-    uint8_t *stage = b->alloc(b, lay.block_bytes, TD_MEM_PINNED), *zero = calloc(1, lay.block_bytes);
+    uint8_t *stage = b->alloc(b, lay.block_bytes, TD_MEM_PINNED),
+            *zero = calloc(1, lay.block_bytes);
     memcpy(stage, src, lay.block_bytes);
     td_backend_kv_block_in(b, &p, 3, stage);
     memset(stage, 0, lay.block_bytes);
@@ -522,8 +525,8 @@ START_TEST(test_tok_tables)
 {
     /* three sequences, tokens interleaved (a sequence's tokens need not be adjacent) */
     int32_t a[5] = {7, 3, 9, 1, 4}, b[2] = {11, 12}, c[1] = {5};
-    td_attn_tok_t toks[] = {{a, 0, 0}, {a, 1, 0}, {b, 5, 2}, {a, 17, 3}, {c, 2, 0},
-                            {b, 7, 0}, {a, 6, 0}};
+    td_attn_tok_t toks[] = {{a, 0, 0}, {a, 1, 0}, {b, 5, 2}, {a, 17, 3},
+                            {c, 2, 0}, {b, 7, 0}, {a, 6, 0}};
     const int T = (int)TD_ARRAY_LEN(toks), B = 4;
     td_tok_tables_t tt = {0};
     for (int round = 0; round < 2; round++) { /* reused: the second build starts from the first */
@@ -640,8 +643,8 @@ static double expect_logits(const char *what, int step, const tol_t *tol, const 
     double mg, mg2;
     int a = argmax2(want, V, &mg), g = argmax2(got, V, &mg2);
     ck_assert_msg(a == g || mg < 2 * tol->logit * mx,
-                  "%s (%s) step %d: greedy %d, the CPU's %d (margin %.3g)", what, tol->name, step, g,
-                  a, mg);
+                  "%s (%s) step %d: greedy %d, the CPU's %d (margin %.3g)", what, tol->name, step,
+                  g, a, mg);
     return err;
 }
 
@@ -696,8 +699,8 @@ static void engine_pair(const char *what, const char *path, const tol_t *tol, in
         for (int i = 0; i < 2; i++)
             worst = fmax(worst, expect_logits(what, step, tol, ld[i], lr[i], V));
     }
-    printf("equiv %-26s %s: 20 steps, greedy ids agree, logits within %.3g of their range\n",
-           what, tol->name, worst);
+    printf("equiv %-26s %s: 20 steps, greedy ids agree, logits within %.3g of their range\n", what,
+           tol->name, worst);
     for (int i = 0; i < 2; i++) {
         td_kv_seq_release(&pr, &sr[i]);
         td_kv_seq_release(&pd, &sd[i]);
@@ -738,8 +741,13 @@ START_TEST(test_engine_tiny_models)
         const variant_t *v = &variants[k];
         char dir[4200], path[4300];
         snprintf(dir, sizeof(dir), "%s/%s", tmpl, v->name);
-        td_modelgen_opts_t o = {.arch = v->arch, .seed = 7, .dtype = v->dtype, .fp8 = v->fp8,
-                                .gguf = v->gguf, .gguf_dtype = v->gguf_dtype, .out_dir = dir};
+        td_modelgen_opts_t o = {.arch = v->arch,
+                                .seed = 7,
+                                .dtype = v->dtype,
+                                .fp8 = v->fp8,
+                                .gguf = v->gguf,
+                                .gguf_dtype = v->gguf_dtype,
+                                .out_dir = dir};
         ck_assert_msg(td_modelgen_write(&o, NULL) == 0, "%s: %s", v->name, td_err_msg());
         snprintf(path, sizeof(path), v->gguf ? "%s/model.gguf" : "%s", dir);
         engine_pair(v->name, path, &modes[_i], _i);
@@ -799,8 +807,9 @@ static void golden_case(const char *name, const char *rel, const tol_t *tol, int
                 lp1 = lp;
             double err = fabs(log_softmax_at(logits, V, id) - lp);
             max_err = fmax(max_err, err);
-            ck_assert_msg(err < tol->golden_lp, "%s (%s) step %d token %d: logprob %.6f, golden %.6f",
-                          name, tol->name, step, id, log_softmax_at(logits, V, id), lp);
+            ck_assert_msg(err < tol->golden_lp,
+                          "%s (%s) step %d token %d: logprob %.6f, golden %.6f", name, tol->name,
+                          step, id, log_softmax_at(logits, V, id), lp);
         }
         double mg;
         int got = argmax2(logits, V, &mg);
@@ -810,8 +819,8 @@ static void golden_case(const char *name, const char *rel, const tol_t *tol, int
         td_batch_seq_t d = {&seq, &tok, 1, logits};
         ck_assert_int_eq(td_engine_step(e, &pool, &d, 1), 0);
     }
-    printf("golden %-18s %s: %d greedy ids match, max top-5 logprob error %.3g\n", name,
-           tol->name, ng, max_err);
+    printf("golden %-18s %s: %d greedy ids match, max top-5 logprob error %.3g\n", name, tol->name,
+           ng, max_err);
     td_kv_seq_release(&pool, &seq);
     td_backend_kv_pool_free(b, &pool);
     td_engine_free(e);
