@@ -32,13 +32,6 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 ninja -C "$build" tests/unit/test_backend_cuda bench/bench_gpu tools/tandem
 
-# the benchmark models, written while the tests run
-models=$build/gpu-models
-mkdir -p "$models"
-gen() { [ -f "$models/$2/config.json" ] || "$build/tools/tandem" mkmodel --arch "$1" --preset "$2" --layers "$layers" --dtype bf16 --out "$models/$2" >/dev/null; }
-gen llama llama8b & gen_llama=$!
-gen deepseek_v2 dsv2lite & gen_ds=$!
-
 # the golden fixtures: $TD_GOLDEN_DIR, ../shared/golden beside the tree, or shared/golden inside it
 # (copy ../shared/golden there when the tree travels to a device machine without its neighbours)
 golden=${TD_GOLDEN_DIR:-}
@@ -59,7 +52,17 @@ case $rc in
 *) say "equivalence: FAILED (exit $rc)"; exit 1 ;;
 esac
 
-wait $gen_llama $gen_ds
+say "benchmark models ($layers layers, BF16)"
+models=$build/gpu-models
+mkdir -p "$models"
+gen() {
+    [ -f "$models/$2/.done" ] && return 0
+    "$build/tools/tandem" mkmodel --arch "$1" --preset "$2" --layers "$layers" --dtype bf16 --out "$models/$2" >/dev/null &&
+        touch "$models/$2/.done"
+}
+gen llama llama8b & gen_llama=$!
+gen deepseek_v2 dsv2lite & gen_ds=$!
+wait $gen_llama && wait $gen_ds
 for m in llama8b dsv2lite; do
     say "benchmark $m ($layers layers, BF16 weights)"
     "$build/bench/bench_gpu" "$models/$m" --prefill 2048 --decode 64
