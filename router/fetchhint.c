@@ -44,15 +44,18 @@ bool td_fetchhint_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *p, Tande
         return false;
     uint64_t gain = best_n - have;
     if (p->fetch_bps > 0 && p->s_per_token > 0 && p->block_bytes > 0 &&
-        (double)gain * (double)p->block_bytes / p->fetch_bps >= (double)(gain * bt) * p->s_per_token)
+        (double)gain * (double)p->block_bytes / p->fetch_bps >=
+            (double)(gain * bt) * p->s_per_token)
         return false; /* measured: computing them is quicker */
     tandem__fetch_hint__init(h);
     h->holder = best->id;
     h->holder_blob.data = best->blob;
     h->holder_blob.len = best->blob_len;
     h->blocks = (uint32_t)(best_n > UINT32_MAX ? UINT32_MAX : best_n);
-    td_logf(TD_LOG_DEBUG, s->job->log_id, "seq %llu: prefill %s may fetch blocks [%llu, %llu) "
-            "from %s", (unsigned long long)s->id, p->id, (unsigned long long)have,
-            (unsigned long long)best_n, best->id);
+    td_logf(TD_LOG_DEBUG, s->job->log_id,
+            "seq %llu: prefill %s may fetch blocks [%llu, %llu) "
+            "from %s",
+            (unsigned long long)s->id, p->id, (unsigned long long)have, (unsigned long long)best_n,
+            best->id);
     return true;
 }

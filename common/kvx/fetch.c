@@ -129,14 +129,13 @@ int td__fetch_answered(xfer_t *x, const rx_t *r, int status)
         return status;
     const uint32_t *ids = (const uint32_t *)r->done_payload;
     if (r->n_blocks == 0 || r->n_blocks > x->n || !ids)
-        return td_err_set(TD_EPROTO, "kvx: fetch answered with %u blocks of %u", r->n_blocks,
-                          x->n);
+        return td_err_set(TD_EPROTO, "kvx: fetch answered with %u blocks of %u", r->n_blocks, x->n);
     if ((x->flags & TD_KVX_F_CSUM) && !(r->flags & TD_KVX_F_CSUM))
         return td_err_set(TD_EPROTO, "kvx: fetch answered without the checksums it asked for");
     for (uint32_t i = 0; i < r->n_blocks; i++)
         if (ids[i] != x->dst[i])
-            return td_err_set(TD_EPROTO, "kvx: fetch answer %u went to block %u, not %u", i,
-                              ids[i], x->dst[i]);
+            return td_err_set(TD_EPROTO, "kvx: fetch answer %u went to block %u, not %u", i, ids[i],
+                              x->dst[i]);
     x->n_got = r->n_blocks;
     return 0;
 }

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const td_wk_fetch_reasons[6] = {"peer", "missing", "checksum", "timeout", "refused",
-                                            "nospace"};
+const char *const td_wk_fetch_reasons[6] = {"peer",    "missing", "checksum",
+                                            "timeout", "refused", "nospace"};
 enum { R_PEER, R_MISSING, R_CHECKSUM, R_TIMEOUT, R_REFUSED, R_NOSPACE };
 
 /* The failure reason of a fetch that ended with `status`. */
@@ -119,8 +119,8 @@ static void on_fetched(int status, uint32_t got, void *arg)
             TD_LOG_D("fetched %u of %d KV blocks from %s in %.3f s", got, op->n, op->holder, dt);
         } else {
             count_failure(w, reason_of(status));
-            TD_LOG_W("fetch of %d KV blocks from %s failed: %s; computing them", op->n,
-                     op->holder, td_strerror(status));
+            TD_LOG_W("fetch of %d KV blocks from %s failed: %s; computing them", op->n, op->holder,
+                     td_strerror(status));
         }
         op_finish(op, op->from + (status == 0 ? (int)got : 0));
     }
@@ -156,8 +156,8 @@ void td_wk_fetch_start(td_worker_t *w, td_wk_seq_t *s, const Tandem__FetchHint *
     int32_t *blocks = td_calloc((size_t)n, sizeof(*blocks));
     rc = op && blocks ? 0 : TD_ENOMEM;
     if (rc == 0) {
-        *op = (fetch_op_t){.w = w, .seq_id = s->id, .from = from, .n = n, .blocks = blocks,
-                           .t0 = td_now_s()};
+        *op = (fetch_op_t){
+            .w = w, .seq_id = s->id, .from = from, .n = n, .blocks = blocks, .t0 = td_now_s()};
         snprintf(op->holder, sizeof(op->holder), "%s", holder);
         memcpy(blocks, s->kv.blocks + from, (size_t)n * sizeof(*blocks));
         for (int i = 0; i < n; i++)
@@ -187,8 +187,8 @@ void td_wk_fetch_start(td_worker_t *w, td_wk_seq_t *s, const Tandem__FetchHint *
     s->fetch_from = from;
     s->fetch_to = s->load_bad = want;
     s->loads_out++;
-    TD_LOG_D("request %llu: fetching KV blocks [%d, %d) from %s", (unsigned long long)s->req,
-             from, want, holder);
+    TD_LOG_D("request %llu: fetching KV blocks [%d, %d) from %s", (unsigned long long)s->req, from,
+             want, holder);
 }
 
 /* ---- the holder ------------------------------------------------------------------------------*/

@@ -37,8 +37,13 @@ static bool cached_is(void *a)
 /* A live registered worker of 4-token blocks with layout fingerprint byte `fp`. */
 static td_worker_t make(char *id, int role, uint8_t fp)
 {
-    td_worker_t w = {.id = id, .role = role, .fp_len = 16, .block_tokens = 4,
-                     .block_bytes = 1024, .blob = (uint8_t *)id, .blob_len = strlen(id)};
+    td_worker_t w = {.id = id,
+                     .role = role,
+                     .fp_len = 16,
+                     .block_tokens = 4,
+                     .block_bytes = 1024,
+                     .blob = (uint8_t *)id,
+                     .blob_len = strlen(id)};
     memset(w.fp, fp, 16);
     w.conn = (td_rpc_conn_t *)&w; /* only compared with NULL here */
     w.load.alive = true;
@@ -56,11 +61,10 @@ START_TEST(test_hint_rule)
     rt.cfg.fetch_min_blocks = 2;
     ck_assert_int_eq(td_kvmirror_start(&rt), 0);
     enum { P, D, Q, OTHER, DEAD, N };
-    td_worker_t w[N] = {make("p", TANDEM__ROLE__ROLE_PREFILL, 1),
-                        make("d", TANDEM__ROLE__ROLE_DECODE, 1),
-                        make("q", TANDEM__ROLE__ROLE_PREFILL, 1),
-                        make("other", TANDEM__ROLE__ROLE_PREFILL, 2),
-                        make("dead", TANDEM__ROLE__ROLE_DECODE, 1)};
+    td_worker_t w[N] = {
+        make("p", TANDEM__ROLE__ROLE_PREFILL, 1), make("d", TANDEM__ROLE__ROLE_DECODE, 1),
+        make("q", TANDEM__ROLE__ROLE_PREFILL, 1), make("other", TANDEM__ROLE__ROLE_PREFILL, 2),
+        make("dead", TANDEM__ROLE__ROLE_DECODE, 1)};
     w[DEAD].load.alive = false;
     td_worker_t *ws[N];
     for (int i = 0; i < N; i++) {
@@ -83,14 +87,13 @@ START_TEST(test_hint_rule)
     const int held[N] = {1, 4, 4, 5, 5};
     td_kvredis_t *pub[N];
     for (int i = 0; i < N; i++) {
-        td_kvredis_opts_t po = {.addr = addr, .ns = "tandem:kv", .worker_id = w[i].id,
-                                .on_state = on_state};
+        td_kvredis_opts_t po = {
+            .addr = addr, .ns = "tandem:kv", .worker_id = w[i].id, .on_state = on_state};
         pub[i] = td_kvredis_new(&loop, &po);
         ck_assert(loop_run_until(&loop, (bool (*)(void *))td_kvredis_connected, pub[i], 5000));
         for (int b = 0; b < held[i]; b++)
-            ck_assert_int_eq(td_kvredis_publish(pub[i], TD_KVREDIS_ADD, 0,
-                                                i == OTHER ? &h2[b] : &h[b]),
-                             0);
+            ck_assert_int_eq(
+                td_kvredis_publish(pub[i], TD_KVREDIS_ADD, 0, i == OTHER ? &h2[b] : &h[b]), 0);
     }
     for (int i = 0; i < N; i++) {
         probe_t pr = {&rt, &s, &w[i], (uint64_t)held[i] * 4};

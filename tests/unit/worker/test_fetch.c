@@ -62,8 +62,8 @@ static void worker(td_worker_t *w, const char *id, td_kvx_fetch_serve_cb serve)
     w->cfg.prefix_cache = true;
     w->cfg.fetch_timeout_s = 5;
     w->cfg.disk_load = (char *)"auto";
-    td_kv_layout_t l = {.dtype = TD_DTYPE_F32, .block_size = BLOCK, .n_layers = 1,
-                        .token_floats = 16};
+    td_kv_layout_t l = {
+        .dtype = TD_DTYPE_F32, .block_size = BLOCK, .n_layers = 1, .token_floats = 16};
     l.layer_bytes = BLOCK * 16 * sizeof(float);
     l.block_bytes = l.layer_bytes;
     memcpy(l.fingerprint, "fetch-test-fp-16", 16);
