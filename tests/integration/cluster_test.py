@@ -940,7 +940,7 @@ def scenario_fetch(build):
         a, seen = prefill_on({})
         b = "p1" if a == "p0" else "p0"
         wait_for(lambda: holds(a), 10, "the holder's blocks in Redis")
-        time.sleep(0.5)  # the routers' mirror follows Redis
+        time.sleep(1.0)  # the router's mirror follows Redis (its events channel)
         cl.ctl("drain", a)
         before = {k: metric(b, k) for k in ("tandem_kv_fetch_blocks_total",
                                              "tandem_kv_fetch_bytes_total",
@@ -976,7 +976,7 @@ def scenario_fetch(build):
         g = cl.batch([p2])[0]  # computed on b (a is drained)
         check(not g["error"] and g["ids"] == want2, "p2 first run: %s" % g)
         check(prefill_on(seen)[0] == b, "p2 went to %s" % b)
-        time.sleep(1.0)  # b's new blocks reach Redis and the mirror
+        time.sleep(1.5)  # b's new blocks reach Redis and the router's mirror
         cl.ctl("undrain", a)
         cl.ctl("drain", b)
         fail0 = metric(a, "tandem_kv_fetch_failures_total", 'reason="peer"')
