@@ -99,6 +99,11 @@ static const td_opt_t opts[] = {
      "host:port of the Redis that holds the cluster KV index (the workers' kv.redis); empty: "
      "placement knows no caches",
      0, 0},
+    {"kv.fetch_min_blocks", TD_OPT_UINT, O(fetch_min_blocks), "2",
+     "a prefill worker fetches the prompt's cached KV blocks from the worker that holds most of "
+     "them (cluster KV index) when it gains at least this many blocks and fetching is not "
+     "measured slower than computing them; 0: never",
+     0, 0},
     {"admission.max_waiting", TD_OPT_UINT, O(max_waiting), "256",
      "requests that may wait for a worker; beyond, 503 with Retry-After", 0, 0},
     {"admission.request_timeout_s", TD_OPT_DOUBLE, O(request_timeout_s), "600",

@@ -64,6 +64,8 @@ typedef struct td_router_cfg {
     double seq_cost_us;            /* kv_aware: what one running sequence adds to a local prefill */
     double imbalance;              /* kv_aware: the guard's threshold (x the mean load) */
     char *kv_redis;                /* "host:port" of the cluster KV index; empty: none */
+    uint64_t fetch_min_blocks;     /* a prefill worker fetches another worker's cached blocks
+                                      when it gains at least this many (0: never) */
     uint64_t max_waiting;          /* sequences that may wait for a worker; beyond: 503 */
     double request_timeout_s;      /* per-request deadline (0: none) */
     double shutdown_timeout_s;     /* in-flight requests get this long after SIGTERM */
@@ -114,6 +116,8 @@ struct td_worker {
     uint32_t holder;   /* its number in the KV index mirror (kvmirror.c) */
     double s_per_token; /* prefill seconds per computed token, EWMA of PrefillDone (0: none yet) */
     uint64_t n_hb;      /* heartbeats received (which of them a placement came after) */
+    uint64_t block_bytes; /* Hello.layout.block_bytes: bytes of one KV block */
+    double fetch_bps;     /* Load.fetch_bytes_per_s: its measured fetch bandwidth (0: none yet) */
     td_metric_t *m_up, *m_kv, *m_running, *m_waiting;
 };
 
@@ -352,6 +356,14 @@ void td_kvmirror_worker_gone(td_router_t *rt, td_worker_t *w);
 uint64_t td_kvmirror_cached(td_router_t *rt, td_seq_t *s, const td_worker_t *w);
 /* Blocks in the mirror, and resyncs completed (status, tests). */
 size_t td_kvmirror_blocks(const td_router_t *rt);
+
+/* ---- fetchhint.c: cross-worker fetch hints ---------------------------------------------------- */
+
+/* Fill `h` when another live worker holds at least kv.fetch_min_blocks more of s's leading
+ * blocks than prefill worker p by the mirror (and fetching them is not measured slower than
+ * computing them): the holder that holds most, a prefill worker on ties. h points into that
+ * worker's registry entry: send it before the loop runs again. Returns whether h was filled. */
+bool td_fetchhint_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *p, Tandem__FetchHint *h);
 
 /* ---- front ends ---------------------------------------------------------------------------- */
 
