@@ -407,6 +407,13 @@ static void on_stream_cancel(td_http_stream_t *st, void *ud)
     td_job_abort(h->job, 499, "the client disconnected");
 }
 
+/* A non-streaming client closed its connection before its answer: cancel on every worker. */
+static void on_req_gone(void *ud)
+{
+    hjob_t *h = ud;
+    td_job_abort(h->job, 499, "the client disconnected");
+}
+
 /* ---- generation endpoints ------------------------------------------------------------------ */
 
 static void random_id(char *out, size_t n, const char *prefix)
@@ -612,6 +619,7 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
         }
     } else {
         h->req = r;
+        td_http_req_watch(r, on_req_gone, h); /* a client gone cancels it everywhere */
     }
     return;
 fail:

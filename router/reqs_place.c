@@ -228,7 +228,7 @@ int td__reqs_place(td_router_t *rt, td_seq_t *s)
         s->pw = NULL;
         snprintf(s->log_dw, sizeof(s->log_dw), "%s", d->id);
         s->log_pw[0] = '\0';
-        s->got_prefill_done = false;
+        s->got_prefill_done = s->prefill_computed = false;
         s->local_cached = td_kvmirror_cached(rt, s, d);
         s->local = local_on(rt, s, d, s->local_cached);
         if (s->local)

@@ -187,6 +187,10 @@ static void on_prefill_done(td_router_t *rt, td_worker_t *w, const Tandem__Prefi
     td_seq_t *s = td__reqs_find(rt, d->request_id);
     if (!s || s->pw != w)
         return;
+    if (d->computed) {
+        s->prefill_computed = true; /* progress: only the KV handoff remains */
+        return;
+    }
     s->got_prefill_done = true;
     s->pw = NULL;
     s->t_stage = td_now_s(); /* the KV handoff's deadline runs from here */
@@ -296,7 +300,14 @@ void td_reqs_worker_gone(td_router_t *rt, td_worker_t *w)
         if (s->pw == w) {
             s->pw = NULL;
             s->got_prefill_done = true;
-            snprintf(msg, sizeof(msg), "prefill worker %s left before finishing the prompt", w->id);
+            if (s->prefill_computed)
+                snprintf(msg, sizeof(msg),
+                         "prefill worker %s left after computing the prompt, before its KV "
+                         "reached decode worker %s: the handoff failed",
+                         w->id, s->dw ? s->dw->id : "?");
+            else
+                snprintf(msg, sizeof(msg), "prefill worker %s left before finishing the prompt",
+                         w->id);
         } else {
             snprintf(msg, sizeof(msg), "decode worker %s left while running the request", w->id);
         }

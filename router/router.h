@@ -225,6 +225,7 @@ struct td_seq {
     td_worker_t *pw; /* prefill worker until its PrefillDone, else NULL */
     bool local;      /* prefilled on the decode worker */
     bool got_prefill_done;
+    bool prefill_computed; /* the prefill worker said the prompt is computed (handoff under way) */
     uint64_t *tried; /* [n_tried] serials of decode workers that answered ENOSPC */
     size_t n_tried, cap_tried;
     int retries;       /* re-placements after a worker failure (migrations included) */
