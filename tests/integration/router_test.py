@@ -646,6 +646,19 @@ def sc_admission():
     st, js, _, _ = rt.post("/v1/completions", {"prompt": "hi", "max_tokens": 10})
     check(st == 200, "a request that fits runs")
     rt.stop()
+    # no decode worker at all: 503 with Retry-After after admission.no_worker_wait_s, streaming
+    # or not (a stream's status is sent with its first event, so it can still be 503)
+    rt = Router("noworker", "--admission.no_worker_wait_s", "0.5")
+    for stream in (False, True):
+        t0 = time.time()
+        st, js, _, hdr = rt.post("/v1/completions", {"prompt": "hi", "stream": stream})
+        el = time.time() - t0
+        check(st == 503 and hdr.get("retry-after") == "1" and
+              "no decode worker is available" in js["error"]["message"] and
+              js["error"]["type"] == "service_unavailable_error",
+              "no worker (stream=%s): %d %r %r" % (stream, st, hdr, js))
+        check(0.4 < el < 3, "answered after about no_worker_wait_s: %.2f s" % el)
+    rt.stop()
 
 
 def sc_disconnect():
