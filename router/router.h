@@ -44,9 +44,14 @@ typedef struct td_router_cfg {
     char *cluster_listen;    /* where workers connect */
     char *secret_file;       /* cluster secret (one of secret_file / secret / credential) */
     char *secret;
+    char *secret_prev_file;  /* the previous cluster secret, accepted during a rotation */
+    char *secret_prev;
     double heartbeat_timeout_s; /* a worker silent this long is out of rotation */
     char *api_key;              /* HTTP: required bearer / x-api-key when set */
     char *tenant_header;        /* HTTP: header naming the request's tenant, or NULL */
+    char *api_keys_file;        /* HTTP: API keys with tenants and limits (auth.h), or NULL */
+    double limit_window_s;      /* the window the keys' rpm and tpm count over */
+    char *admin_listen;         /* HTTP: /metrics on its own listener, or NULL */
     uint64_t max_body;          /* largest HTTP request body, bytes */
     char *policy;               /* placement policy name */
     uint64_t max_queued_tokens; /* placement high-water marks (0 disables) */
@@ -146,11 +151,16 @@ struct td_router {
     int32_t bos_id, eos_id;
     /* listeners */
     td_http_server_t *http;
+    td_http_server_t *admin; /* /metrics and /health when http.admin_listen is set */
+    struct td_access *access; /* API keys and limits (auth.h), NULL without a key file */
+    uv_signal_t hup;          /* SIGHUP: reload the key file and the cluster secrets */
     td_rpc_server_t *cluster;
     td_rpc_server_t *rpc;
     td_daemon_t *daemon;
     uint8_t *secret;
     size_t secret_len;
+    uint8_t *secret_prev; /* previous cluster secret (rotation), NULL when none */
+    size_t secret_prev_len;
     /* registry */
     td_worker_t **workers; /* [n_workers] registered workers */
     size_t n_workers, cap_workers;
