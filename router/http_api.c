@@ -310,7 +310,7 @@ static void ev_done(td_job_t *j)
             }
             td_http_stream_end(h->st);
         } else if (!h->st) {
-            respond_error(h->req, h->api.kind, 500, NULL, NULL, "out of memory");
+            td__http_error(h->req, h->api.kind, 500, NULL, NULL, "out of memory");
         }
         hjob_free(h);
         return;

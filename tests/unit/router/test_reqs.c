@@ -1,8 +1,11 @@
 /* test_reqs.c: the request state machine (reqs*.c) against scripted workers over real td_rpc
  * connections (router_fixture.h says why): a full decode worker makes the sequence try the next
  * one; a worker lost before the client saw a token is replaced once; after tokens it fails naming
- * the worker; abort cancels on both workers while the prefill runs; the request deadline; the
- * waiting queue, its order and its limit. */
+ * the worker (migration off); with migration on, a sequence resumes on another worker with its
+ * prompt plus the tokens generated so far, within migration.max_attempts; stage deadlines move a
+ * sequence off a worker that stays silent; 503 when no decode worker is available; abort cancels
+ * on both workers while the prefill runs; the request deadline; the waiting queue, its order and
+ * its limit. */
 #include "reqs_impl.h"
 #include "router_fixture.h"
 #include "td_check.h"
