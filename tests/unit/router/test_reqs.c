@@ -389,6 +389,51 @@ START_TEST(test_no_worker_503)
 }
 END_TEST
 
+/* A prefill worker lost after it said the prompt was computed (PrefillDone.computed): the error
+ * says the prompt was done and the handoff was not; lost before that, that the prompt was not
+ * finished. (No re-placements allowed here, so the reason reaches the client.) */
+START_TEST(test_prefill_lost_names_what_failed)
+{
+    for (int computed = 0; computed < 2; computed++) {
+        fx_t x;
+        fx_start(&x);
+        x.rt.cfg.local_prefill_tokens = 0; /* every prompt goes to a prefill worker */
+        x.rt.cfg.migrate_attempts = 0;
+        fw_t d, p;
+        fw_start(&x, &d, "d1", DEC, FW_HOLD);
+        fw_start(&x, &p, "p1", PRE, FW_HOLD);
+        rec_t r;
+        ck_assert_int_eq(rec_start(&x, &r, 3), 0);
+        ck_assert(fx_run_until(&x, prefill_tasks_1, &p, 5000));
+        if (computed) {
+            Tandem__PrefillDone pd = TANDEM__PREFILL_DONE__INIT;
+            pd.request_id = p.task_id;
+            pd.computed = true;
+            Tandem__Frame f = TANDEM__FRAME__INIT;
+            f.body_case = TANDEM__FRAME__BODY_PREFILL_DONE;
+            f.prefill_done = &pd;
+            fw_send(&p, &f);
+            fx_run_for(&x, 50);
+            ck_assert(!r.done && !r.failed); /* progress only */
+        }
+        fw_stop(&p);
+        ck_assert(fx_run_until(&x, rec_ended_cond, &r, 5000));
+        ck_assert(r.failed);
+        ck_assert_int_eq(r.status, 503);
+        if (computed)
+            ck_assert_msg(strstr(r.msg, "prefill worker p1 left after computing the prompt") &&
+                              strstr(r.msg, "decode worker d1: the handoff failed"),
+                          "message: %s", r.msg);
+        else
+            ck_assert_msg(strstr(r.msg, "prefill worker p1 left before finishing the prompt"),
+                          "message: %s", r.msg);
+        ck_assert(fx_run_until(&x, fw_closed_or_canceled, &d, 2000)); /* its blocks are freed */
+        fw_stop(&d);
+        fx_stop(&x);
+    }
+}
+END_TEST
+
 static bool both_canceled(void *arg)
 {
     fw_t **w = arg;
@@ -549,6 +594,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_first_token_deadline_moves);
     tcase_add_test(tc, test_stage_deadlines);
     tcase_add_test(tc, test_no_worker_503);
+    tcase_add_test(tc, test_prefill_lost_names_what_failed);
     tcase_add_test(tc, test_abort_cancels_both_workers);
     tcase_add_test(tc, test_abort_after_prefill_done_cancels_decode_only);
     tcase_add_test(tc, test_deadline_504);
