@@ -20,6 +20,10 @@ void td_prefill_on_task(td_worker_t *w, td_wk_router_t *rt, const Tandem__Frame 
         return;
     }
     s->state = TD_WK_PREFILL;
+    if (td_wk_seq_resume(w, s, t->generated, t->sampling)) {
+        td_wk_seq_fail(w, s, TD_EINVAL, td_err_msg());
+        return;
+    }
     int need = (s->n_prompt + w->layout.block_size - 1) / w->layout.block_size;
     if ((int)t->n_dst_blocks != need) {
         char msg[128];

@@ -200,6 +200,28 @@ static td_resp_logprob_t *lp_views(const hchoice_t *c, size_t from, size_t to, t
     return v;
 }
 
+static void write_out(hjob_t *h);
+static void on_stream_cancel(td_http_stream_t *st, void *ud);
+
+/* A streaming request's response starts at its first event (the echoed prompt first). Returns
+ * whether there is a stream to write to (false for a whole answer, or when the start failed:
+ * then the job is aborted and answered with an error). */
+static bool stream_open(hjob_t *h)
+{
+    if (h->st || !h->api.stream || h->canceled)
+        return h->st != NULL;
+    h->st = td_http_stream_start(h->req, 200, "text/event-stream", on_stream_cancel, h);
+    if (!h->st) {
+        h->canceled = true;
+        td_job_abort(h->job, 500, "out of memory");
+        return false;
+    }
+    size_t n = (size_t)(h->api.n > 0 ? h->api.n : 1);
+    for (size_t i = 0; h->echo && i < h->n_seqs; i++)
+        td_resp_delta(&h->out, &h->ctx, (int)i, h->echo[i / n], h->echo_len[i / n], NULL);
+    return true;
+}
+
 static void ev_token(td_job_t *j, int idx, int32_t id, const Tandem__TokenLogprob *lp,
                      const char *text, size_t len)
 {
@@ -209,7 +231,7 @@ static void ev_token(td_job_t *j, int idx, int32_t id, const Tandem__TokenLogpro
     if (with_lp && record_lp(h, c, id, lp) != 0)
         with_lp = false;
     c->text_len += len;
-    if (!h->st || h->canceled)
+    if (!stream_open(h) || h->canceled)
         return;
     if (with_lp) {
         td_resp_top_t *tops;
@@ -264,7 +286,7 @@ static void ev_finish(td_job_t *j, int idx, td_resp_finish_t why, const char *st
     hchoice_t *c = &h->ch[idx];
     c->finish = why;
     c->stop = stop;
-    if (!h->st || h->canceled)
+    if (!stream_open(h) || h->canceled)
         return;
     const td_seq_t *s = &j->seqs[idx];
     td_resp_usage_t u = {s->prompt_tokens,
@@ -280,12 +302,16 @@ static void ev_done(td_job_t *j)
     hjob_t *h = j->ud;
     td_resp_usage_t u;
     usage_of(h, &u);
-    if (h->st) {
-        if (!h->canceled) {
-            td_resp_done(&h->out, &h->ctx, &u);
-            write_out(h);
+    if (h->api.stream) {
+        if (stream_open(h)) {
+            if (!h->canceled) {
+                td_resp_done(&h->out, &h->ctx, &u);
+                write_out(h);
+            }
+            td_http_stream_end(h->st);
+        } else if (!h->st) {
+            td__http_error(h->req, h->api.kind, 500, NULL, NULL, "out of memory");
         }
-        td_http_stream_end(h->st);
         hjob_free(h);
         return;
     }
@@ -351,6 +377,13 @@ static void on_stream_cancel(td_http_stream_t *st, void *ud)
 {
     hjob_t *h = ud;
     h->canceled = true;
+    td_job_abort(h->job, 499, "the client disconnected");
+}
+
+/* A non-streaming client closed its connection before its answer: cancel on every worker. */
+static void on_req_gone(void *ud)
+{
+    hjob_t *h = ud;
     td_job_abort(h->job, 499, "the client disconnected");
 }
 
@@ -559,21 +592,11 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
         param = NULL;
         goto fail;
     }
-    if (h->api.stream) {
-        h->st = td_http_stream_start(r, 200, "text/event-stream", on_stream_cancel, h);
-        if (!h->st) {
-            h->req = r;
-            td_job_abort(j, 500, "out of memory");
-            return;
-        }
-        if (h->echo) {
-            for (size_t i = 0; i < h->n_seqs; i++)
-                td_resp_delta(&h->out, &h->ctx, (int)i, h->echo[i / n], h->echo_len[i / n], NULL);
-            write_out(h);
-        }
-    } else {
-        h->req = r;
-    }
+    /* a stream starts with the first event (stream_open), so a request that fails before it
+     * (no worker: 503 with Retry-After) gets its status; until then, and for a whole answer, the
+     * client's connection is watched: a client gone cancels the request everywhere */
+    h->req = r;
+    td_http_req_watch(r, on_req_gone, h);
     return;
 fail:
     for (size_t i = 0; i < n_toks; i++)

@@ -108,6 +108,38 @@ static const td_opt_t opts[] = {
      "requests that may wait for a worker; beyond, 503 with Retry-After", 0, 0},
     {"admission.request_timeout_s", TD_OPT_DOUBLE, O(request_timeout_s), "600",
      "per-request deadline in seconds (0: none)", 0, 0},
+    {"admission.no_worker_wait_s", TD_OPT_DOUBLE, O(no_worker_wait_s), "5",
+     "a request that finds no decode worker available (none registered, all draining) waits "
+     "this long for one, then gets 503 with Retry-After",
+     0, 3600},
+    {"migration.enabled", TD_OPT_BOOL, O(migrate), "true",
+     "when a decode worker dies, stalls or misses a deadline mid-stream, resume its sequences "
+     "elsewhere with the prompt plus every token generated so far (greedy and seeded output "
+     "unchanged); off: a sequence is re-placed only before its first token, else it fails",
+     0, 0},
+    {"migration.max_attempts", TD_OPT_UINT, O(migrate_attempts), "3",
+     "re-placements of one sequence after worker failures; one more failure fails the request",
+     0, 100},
+    {"deadline.reservation_s", TD_OPT_DOUBLE, O(dl_reservation_s), "10",
+     "a decode worker that does not answer a DecodeTask (accept or refuse) within this many "
+     "seconds loses the sequence to another (0: no deadline)",
+     0, 86400},
+    {"deadline.prefill_s", TD_OPT_DOUBLE, O(dl_prefill_s), "120",
+     "a prefill worker that has not finished a prompt and its KV handoff (PrefillDone) within "
+     "this many seconds of the task loses it (0: no deadline)",
+     0, 86400},
+    {"deadline.kv_handoff_s", TD_OPT_DOUBLE, O(dl_kv_handoff_s), "30",
+     "after PrefillDone, the decode worker's first token must come within this many seconds "
+     "(0: no deadline)",
+     0, 86400},
+    {"deadline.first_token_s", TD_OPT_DOUBLE, O(dl_first_token_s), "180",
+     "an attempt whose decode worker accepted it but sent no token within this many seconds is "
+     "moved (0: no deadline)",
+     0, 86400},
+    {"deadline.token_stall_s", TD_OPT_DOUBLE, O(dl_token_stall_s), "30",
+     "a running sequence whose decode worker sends no token for this many seconds is moved "
+     "(0: no deadline); a stopped worker is caught sooner by cluster.heartbeat_timeout_s",
+     0, 86400},
     {"shutdown_timeout_s", TD_OPT_DOUBLE, O(shutdown_timeout_s), "10",
      "on SIGTERM, in-flight requests get this long before they are canceled", 0, 0},
     {"metrics.vllm_names", TD_OPT_BOOL, O(vllm_names), "false",
@@ -399,7 +431,12 @@ static int setup_metrics(td_router_t *rt)
         td_metrics_counter(m, "request_success_total", help, "finished_reason=\"length\"");
     rt->m_ok_abort =
         td_metrics_counter(m, "request_success_total", help, "finished_reason=\"abort\"");
-    if (!rt->m_ttft || !rt->m_itl || !rt->m_tpot || !rt->m_e2e || !rt->m_queue ||
+    rt->m_migrations = td_metrics_counter(
+        m, "request_migrations_total",
+        "Re-placements of a sequence after its worker died, stalled or missed a deadline "
+        "(resumed from its generated tokens when it had any).",
+        NULL);
+    if (!rt->m_migrations || !rt->m_ttft || !rt->m_itl || !rt->m_tpot || !rt->m_e2e || !rt->m_queue ||
         !rt->m_running_g || !rt->m_waiting_g || !rt->m_prompt || !rt->m_gen || !rt->m_ok_stop ||
         !rt->m_ok_length || !rt->m_ok_abort)
         return TD_ENOMEM;

@@ -69,6 +69,18 @@ typedef struct td_router_cfg {
     uint64_t max_waiting;          /* sequences that may wait for a worker; beyond: 503 */
     double request_timeout_s;      /* per-request deadline (0: none) */
     double shutdown_timeout_s;     /* in-flight requests get this long after SIGTERM */
+    double no_worker_wait_s;       /* a sequence waits this long while no decode worker is
+                                      available, then 503 with Retry-After */
+    /* migration (reqs_worker.c): a sequence whose worker dies, stalls or misses a deadline is
+     * re-placed with its prompt plus the tokens generated so far */
+    bool migrate;               /* migration.enabled; off: re-placed only before any token */
+    uint64_t migrate_attempts;  /* re-placements of one sequence, then the request fails */
+    /* deadlines per stage of one attempt, seconds (0: none); reqs_sweep.c */
+    double dl_reservation_s;    /* DecodeTask sent -> DecodeAccept */
+    double dl_prefill_s;        /* PrefillTask sent -> PrefillDone */
+    double dl_kv_handoff_s;     /* PrefillDone -> the decode worker's first token */
+    double dl_first_token_s;    /* DecodeAccept -> the attempt's first token */
+    double dl_token_stall_s;    /* one token -> the next */
     bool vllm_names;               /* metrics: vLLM's names where they mean the same */
     char *log_level;
     char *log_format;
@@ -180,6 +192,7 @@ struct td_router {
     td_metric_t *m_ttft, *m_itl, *m_tpot, *m_e2e, *m_queue;
     td_metric_t *m_running_g, *m_waiting_g, *m_prompt, *m_gen;
     td_metric_t *m_ok_stop, *m_ok_length, *m_ok_abort;
+    td_metric_t *m_migrations; /* tandem_request_migrations_total */
 };
 
 /* ---- jobs: the front ends' view of a request ------------------------------------------------ */
@@ -226,10 +239,17 @@ struct td_seq {
     td_worker_t *pw; /* prefill worker until its PrefillDone, else NULL */
     bool local;      /* prefilled on the decode worker */
     bool got_prefill_done;
+    bool prefill_computed; /* the prefill worker said the prompt is computed (handoff under way) */
     uint64_t *tried; /* [n_tried] serials of decode workers that answered ENOSPC */
     size_t n_tried, cap_tried;
-    int retries;       /* re-placements after a worker failure */
-    uint64_t n_tokens; /* generated tokens received */
+    int retries;       /* re-placements after a worker failure (migrations included) */
+    uint64_t n_tokens; /* generated tokens received, over every attempt */
+    int32_t *gen;      /* [n_tokens] their ids (cap_gen allocated): a migrated sequence resumes
+                          with prompt + gen */
+    size_t cap_gen;
+    uint64_t base_tokens; /* n_tokens when the current attempt was placed */
+    double t_stage;       /* td_now_s() when the attempt's current stage began (deadlines) */
+    double t_wait;        /* td_now_s() when it last entered the waiting queue as a new wait */
     td_detok_t detok;
     td_buf_t text;  /* generated text so far (bytes), the tail possibly held back */
     size_t sent;    /* bytes of text already handed to the front end */

@@ -6,12 +6,14 @@
 #include "td_util.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <h2o.h>
 #include <json-c/json.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "td_rpc.h" /* td_rpc_addr_parse */
 
@@ -140,7 +142,19 @@ struct td_http_server {
     size_t n_conns;
     conn_t *peeking; /* connections whose first request head is still being read */
     route_t *routes;
+    struct watch *watches; /* unanswered requests whose client is watched (td_http_req_watch) */
+    uv_timer_t watch_timer; /* checks them every WATCH_MS while there are any */
 };
+
+/* A request whose client is checked for having gone (td_http_req_watch). */
+typedef struct watch {
+    struct watch *next;
+    h2o_req_t *req;
+    void (*on_gone)(void *ud);
+    void *ud;
+} watch_t;
+
+#define WATCH_MS 200
 
 struct td_http_stream {
     h2o_generator_t gen; /* must be first: h2o hands this pointer back */
@@ -282,10 +296,82 @@ static void set_status(h2o_req_t *q, int status, const char *content_type)
                        strlen(content_type));
 }
 
+/* The server a request came to. */
+static td_http_server_t *server_of(h2o_req_t *q)
+{
+    return (td_http_server_t *)((char *)q->conn->ctx - offsetof(td_http_server_t, ctx));
+}
+
+/* The request is answered: its client is no longer watched. */
+static void unwatch(h2o_req_t *q)
+{
+    td_http_server_t *s = server_of(q);
+    for (watch_t **pp = &s->watches; *pp; pp = &(*pp)->next)
+        if ((*pp)->req == q) {
+            watch_t *w = *pp;
+            *pp = w->next;
+            free(w);
+            break;
+        }
+    if (!s->watches)
+        uv_timer_stop(&s->watch_timer);
+}
+
+/* Whether the client of q closed its connection: h2o reads nothing while a request is being
+ * handled, so the socket is peeked (an orderly close reads as 0 bytes; pipelined bytes or
+ * nothing yet mean it is still there). */
+static bool client_gone(h2o_req_t *q)
+{
+    h2o_socket_t *sock = q->conn->callbacks->get_socket ? q->conn->callbacks->get_socket(q->conn)
+                                                        : NULL;
+    int fd = sock ? h2o_socket_get_fd(sock) : -1;
+    if (fd < 0)
+        return false;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void on_watch(uv_timer_t *t)
+{
+    td_http_server_t *s = t->data;
+    for (;;) {
+        watch_t *gone = NULL;
+        for (watch_t *w = s->watches; w && !gone; w = w->next)
+            if (client_gone(w->req))
+                gone = w;
+        if (!gone)
+            break;
+        void (*cb)(void *) = gone->on_gone;
+        void *ud = gone->ud;
+        unwatch(gone->req); /* once; the callback may answer the request */
+        cb(ud);
+    }
+}
+
+int td_http_req_watch(td_http_req_t *r, void (*on_gone)(void *ud), void *ud)
+{
+    h2o_req_t *q = H(r);
+    td_http_server_t *s = server_of(q);
+    watch_t *w = calloc(1, sizeof(*w));
+    if (!w)
+        return TD_ENOMEM;
+    w->req = q;
+    w->on_gone = on_gone;
+    w->ud = ud;
+    w->next = s->watches;
+    s->watches = w;
+    if (!uv_is_active((uv_handle_t *)&s->watch_timer))
+        uv_timer_start(&s->watch_timer, on_watch, WATCH_MS, WATCH_MS);
+    return 0;
+}
+
 void td_http_respond(td_http_req_t *r, int status, const char *content_type, const char *body,
                      size_t len)
 {
     h2o_req_t *q = H(r);
+    if (server_of(q)->watches)
+        unwatch(q);
     set_status(q, status, content_type);
     q->res.content_length = len;
     h2o_send_inline(q, body, len);
@@ -380,6 +466,8 @@ td_http_stream_t *td_http_stream_start(td_http_req_t *r, int status, const char 
     td_http_stream_t *st = calloc(1, sizeof(*st));
     if (!st)
         return NULL;
+    if (server_of(H(r))->watches)
+        unwatch(H(r));
     st->gen.proceed = on_proceed;
     st->gen.stop = on_stop;
     st->req = H(r);
@@ -463,6 +551,8 @@ td_http_server_t *td_http_server_new(uv_loop_t *loop, const td_http_opts_t *opts
     s->accept_ctx.hosts = s->config.hosts;
     uv_timer_init(loop, &s->sentinel);
     s->sentinel.data = s;
+    uv_timer_init(loop, &s->watch_timer);
+    s->watch_timer.data = s;
     return s;
 }
 
@@ -724,6 +814,12 @@ void td_http_server_close(td_http_server_t *s)
     if (!s || s->closing)
         return;
     s->closing = true;
+    while (s->watches) {
+        watch_t *w = s->watches;
+        s->watches = w->next;
+        free(w);
+    }
+    uv_close((uv_handle_t *)&s->watch_timer, NULL); /* closes long before the sentinel */
     h2o_context_request_shutdown(&s->ctx);
     while (s->peeking) /* connections that have sent no request yet */
         peek_close(s->peeking);

@@ -438,6 +438,23 @@ START_TEST(test_reconnect_backoff)
     cli.ready = 0;
     ck_assert_int_eq(td_rpc_server_start(&loop, addr, &so, &s), 0);
     ck_assert(run_until(&loop, ready_cond, &r, 8000));
+    /* a router down for a while (the backoff has grown to its cap) is found again within about
+     * a second of listening: the cap is 1 s, not the 5 s that left workers away after a router
+     * restart */
+    td_rpc_server_close(s);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    cli.ready = 0;
+    uint64_t end = td_now_ns() + 3000000000ull;
+    while (td_now_ns() < end) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    ck_assert_int_eq(cli.ready, 0);
+    ck_assert_int_eq(td_rpc_server_start(&loop, addr, &so, &s), 0);
+    uint64_t t0 = td_now_ns();
+    ck_assert(run_until(&loop, ready_cond, &r, 8000));
+    double dt = (double)(td_now_ns() - t0) / 1e9;
+    ck_assert_msg(dt < 1.5, "reconnected %.2f s after the router listened again", dt);
     td_rpc_client_stop(cl);
     td_rpc_server_close(s);
     drain(&loop);
