@@ -718,11 +718,10 @@ static void exec_for(jr_t *r, jscope_t *outer, const node_t *st)
     }
     jloop_t *loop = td__jarena_alloc(&r->ar, sizeof(*loop));
     loop->items = items;
-    loop->length = items->n;
-    jv_t outer_loop = lookup(outer, ln);
-    loop->depth0 = outer_loop.t == JV_LOOP ? outer_loop.u.loop->depth0 + 1 : 0;
+    loop->length = items->n; /* depth0 stays 0: only recursive loops (refused) nest depths */
     for (size_t i = 0; i < items->n; i++) {
         td__jr_step(r, st);
+        s->vars->n = 0; /* what an iteration sets does not reach the next one */
         loop->index0 = i;
         assign(r, s, ln, (jv_t){.t = JV_LOOP, .u.loop = loop});
         assign_target(r, s, st->a, items->v[i]);

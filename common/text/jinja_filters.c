@@ -684,8 +684,15 @@ jv_t td__jr_filter(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const 
             type_error(r, at, "round needs a number", v);
         double m = pow(10.0, (double)prec.u.i), y = x * m;
         const char *how = method.t == JV_STR ? method.u.s->p : "common";
-        y = !strcmp(how, "ceil") ? ceil(y) : !strcmp(how, "floor") ? floor(y) : round(y);
-        return td__jv_float(y / m);
+        if (strcmp(how, "common") == 0) {
+            if (v.t == JV_INT) /* Python's round(int, n) stays an int */
+                return v;
+            return td__jv_float(rint(y) / m); /* half to even, as Python's round */
+        }
+        if (strcmp(how, "ceil") && strcmp(how, "floor"))
+            td__jr_fail(r, at, TD_EINVAL, "FilterArgumentError: method must be common, ceil "
+                                          "or floor");
+        return td__jv_float((how[0] == 'c' ? ceil(y) : floor(y)) / m);
     }
     if (!strcmp(f, "sum")) {
         jv_t attr = arg(args, n, kw, 0, "attribute", JV_NONE_V);

@@ -216,6 +216,7 @@ static void lex_string(lex_t *lx)
         case 'r': o[w++] = '\r'; continue;
         case 't': o[w++] = '\t'; continue;
         case 'v': o[w++] = '\v'; continue;
+        case 'N': lex_fail(lx, at, "\\N{...} escapes are not supported");
         case 'x': hex = 2; break;
         case 'u': hex = 4; break;
         case 'U': hex = 8; break;

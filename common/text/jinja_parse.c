@@ -800,9 +800,13 @@ static void parse_body(parser_t *p, const char *const *ends, node_t ***out, size
         if (k->t == JT_EOF) {
             if (ends) {
                 char msg[200];
+                const char *need = ends[0];
+                for (size_t e = 0; ends[e]; e++)
+                    if (!strncmp(ends[e], "end", 3))
+                        need = ends[e];
                 snprintf(msg, sizeof(msg),
                          "unexpected end of template: the block opened at line %d needs '%s'",
-                         start->line, ends[0]);
+                         start->line, need);
                 fail_at(p, k, "%s", msg);
             }
             break;

@@ -16,6 +16,9 @@ render_jinja_template), without needing transformers installed:
 The reference for common/text/jinja_*.c and chat.c (tests/chat/README.md).
 
 usage: hf_jinja.py TEMPLATE_FILE VARS.json   prints the render of TEMPLATE_FILE with VARS
+       hf_jinja.py --cases CASES.json          renders each {"name", "template", "vars"} and
+                                               writes {"name", "output"} or {"name", "error"}
+                                               per line (tests/unit/text/test_jinja.c)
 """
 import datetime
 import json
@@ -98,7 +101,22 @@ def render(template, messages, tools=None, add_generation_prompt=False, special=
                            **(special or {}), **kwargs)
 
 
+def run_cases(path):
+    with open(path, encoding="utf-8") as f:
+        cases = json.load(f)
+    for c in cases:
+        rec = {"name": c["name"]}
+        try:
+            rec["output"] = compile_template(c["template"]).render(**c.get("vars", {}))
+        except Exception as e:  # noqa: BLE001 - the C engine must fail too
+            rec["error"] = "%s: %s" % (type(e).__name__, e)
+        sys.stdout.write(json.dumps(rec) + "\n")
+    return 0
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--cases":
+        return run_cases(sys.argv[2])
     if len(sys.argv) != 3:
         sys.stderr.write("usage: hf_jinja.py TEMPLATE_FILE VARS.json\n")
         return 2
