@@ -25,8 +25,8 @@ static const td_opt_t opts[] = {
     {"served_model_name", TD_OPT_STR, O(served_model_name), NULL,
      "model name clients use (default: the model directory's basename)", 0, 0},
     {"chat_template", TD_OPT_STR, O(chat_template), NULL,
-     "Jinja chat template file to use instead of the model's (default: tokenizer_config.json "
-     "chat_template, or chat_template.jinja)",
+     "Jinja chat template file to use instead of the model's own (its tokenizer_config.json "
+     "chat_template or chat_template.jinja)",
      0, 0},
     {"router_id", TD_OPT_STR, O(router_id), NULL,
      "this router's id in status (default: hostname:pid)", 0, 0},
