@@ -18,6 +18,11 @@ bool td_jinja_raised(void)
     return raised;
 }
 
+void td__jr_clear_raised(void)
+{
+    raised = false;
+}
+
 _Noreturn void td__jr_fail(jr_t *r, const node_t *at, int code, const char *fmt, ...)
 {
     char msg[600];
@@ -48,7 +53,7 @@ static void emit(jr_t *r, const node_t *at, const char *p, size_t n)
 
 /* ---- scopes ---------------------------------------------------------------------------------- */
 
-static jscope_t *scope_new(jr_t *r, jscope_t *parent)
+jscope_t *td__jr_scope_new(jr_t *r, jscope_t *parent)
 {
     jscope_t *s = td__jarena_alloc(&r->ar, sizeof(*s));
     s->parent = parent;
@@ -285,7 +290,6 @@ jlist_t *td__jr_iter(jr_t *r, const node_t *at, jv_t v)
 
 /* ---- calls ----------------------------------------------------------------------------------- */
 
-static void exec_body(jr_t *r, jscope_t *s, node_t *const *body, size_t n);
 
 static jv_t call_macro(jr_t *r, const node_t *at, jmacro_t *m, const jv_t *args, size_t n,
                        jdict_t *kw)
@@ -297,7 +301,7 @@ static jv_t call_macro(jr_t *r, const node_t *at, jmacro_t *m, const jv_t *args,
     if (++r->depth > r->max_depth)
         td__jr_fail(r, at, TD_ERANGE, "macro calls nested deeper than %u", r->max_depth);
     td__jr_step(r, at);
-    jscope_t *s = scope_new(r, m->closure);
+    jscope_t *s = td__jr_scope_new(r, m->closure);
     for (size_t i = 0; kw && i < kw->n; i++) {
         bool known = false;
         for (size_t k = 0; k < def->n_kw; k++)
@@ -321,7 +325,7 @@ static jv_t call_macro(jr_t *r, const node_t *at, jmacro_t *m, const jv_t *args,
     jbuf_t out = {0}, *saved = r->out;
     int saved_ctl = r->loopctl;
     r->out = &out;
-    exec_body(r, s, def->body, def->n_body);
+    td__jr_exec_body(r, s, def->body, def->n_body);
     r->out = saved;
     r->loopctl = saved_ctl;
     r->depth--;
@@ -687,7 +691,7 @@ static jv_t capture(jr_t *r, jscope_t *s, node_t *const *body, size_t n)
 {
     jbuf_t out = {0}, *saved = r->out;
     r->out = &out;
-    exec_body(r, s, body, n);
+    td__jr_exec_body(r, s, body, n);
     r->out = saved;
     return td__jbuf_str(&r->ar, &out);
 }
@@ -704,7 +708,7 @@ static jv_t apply_chain(jr_t *r, jscope_t *s, const node_t *chain, jv_t v)
 static void exec_for(jr_t *r, jscope_t *outer, const node_t *st)
 {
     jlist_t *items = td__jr_iter(r, st, td__jr_eval(r, outer, st->b));
-    jscope_t *s = scope_new(r, outer);
+    jscope_t *s = td__jr_scope_new(r, outer);
     const jstr_t *ln = td__jv_cstr(&r->ar, "loop").u.s;
     if (st->c) { /* the loop's `if`: filter first, so loop.length counts what is left */
         jv_t kept = td__jv_list(&r->ar, 0);
@@ -725,7 +729,7 @@ static void exec_for(jr_t *r, jscope_t *outer, const node_t *st)
         loop->index0 = i;
         assign(r, s, ln, (jv_t){.t = JV_LOOP, .u.loop = loop});
         assign_target(r, s, st->a, items->v[i]);
-        exec_body(r, s, st->body, st->n_body);
+        td__jr_exec_body(r, s, st->body, st->n_body);
         if (r->loopctl == 1) {
             r->loopctl = 0;
             break;
@@ -733,7 +737,7 @@ static void exec_for(jr_t *r, jscope_t *outer, const node_t *st)
         r->loopctl = 0;
     }
     if (items->n == 0 && st->n_orelse)
-        exec_body(r, outer, st->orelse, st->n_orelse);
+        td__jr_exec_body(r, outer, st->orelse, st->n_orelse);
 }
 
 static void exec_stmt(jr_t *r, jscope_t *s, const node_t *st)
@@ -753,9 +757,9 @@ static void exec_stmt(jr_t *r, jscope_t *s, const node_t *st)
     }
     case N_IF:
         if (td__jv_truthy(td__jr_eval(r, s, st->a)))
-            exec_body(r, s, st->body, st->n_body);
+            td__jr_exec_body(r, s, st->body, st->n_body);
         else
-            exec_body(r, s, st->orelse, st->n_orelse);
+            td__jr_exec_body(r, s, st->orelse, st->n_orelse);
         return;
     case N_FOR: exec_for(r, s, st); return;
     case N_SET: assign_target(r, s, st->a, td__jr_eval(r, s, st->b)); return;
@@ -775,7 +779,7 @@ static void exec_stmt(jr_t *r, jscope_t *s, const node_t *st)
     }
     case N_FILTERBLK: {
         if (!st->c) {
-            exec_body(r, s, st->body, st->n_body);
+            td__jr_exec_body(r, s, st->body, st->n_body);
             return;
         }
         jv_t v = apply_chain(r, s, st->c, capture(r, s, st->body, st->n_body));
@@ -790,110 +794,10 @@ static void exec_stmt(jr_t *r, jscope_t *s, const node_t *st)
     }
 }
 
-static void exec_body(jr_t *r, jscope_t *s, node_t *const *body, size_t n)
+void td__jr_exec_body(jr_t *r, jscope_t *s, node_t *const *body, size_t n)
 {
     for (size_t i = 0; i < n && r->loopctl == 0; i++)
         exec_stmt(r, s, body[i]);
-}
-
-/* ---- entry points ---------------------------------------------------------------------------- */
-
-int td_jinja_parse(const char *src, size_t len, const char *what, td_jinja_t **out)
-{
-    *out = NULL;
-    if (!src || !what)
-        return td_err_set(TD_EINVAL, "td_jinja_parse: NULL argument");
-    for (size_t i = 0; i < len;) {
-        size_t k = td_utf8_valid_len((const uint8_t *)src + i, len - i);
-        if (k == 0)
-            return td_err_set(TD_EINVAL, "%s: invalid UTF-8 at byte %zu", what, i);
-        i += k;
-    }
-    td_jinja_t *t = calloc(1, sizeof(*t));
-    jparse_ctx_t *pc = calloc(1, sizeof(*pc));
-    if (!t || !pc || !(t->what = td_strdup(what))) {
-        free(pc);
-        if (t)
-            free(t->what);
-        free(t);
-        return td_err_set(TD_ENOMEM, "%s: out of memory", what);
-    }
-    pc->ar = &t->ar;
-    pc->what = t->what;
-    t->ar.jb = &pc->jb;
-    t->ar.err = &pc->err;
-    if (setjmp(pc->jb)) {
-        int err = pc->err;
-        free(pc);
-        td_jinja_free(t);
-        return err;
-    }
-    jtok_t *toks;
-    size_t n;
-    td__jinja_lex(pc, src, len, &toks, &n);
-    td__jinja_parse_tokens(pc, toks, n, &t->body, &t->n_body);
-    t->ar.jb = NULL;
-    t->ar.err = NULL;
-    free(pc);
-    *out = t;
-    return 0;
-}
-
-void td_jinja_free(td_jinja_t *t)
-{
-    if (!t)
-        return;
-    td__jarena_free(&t->ar);
-    free(t->what);
-    free(t);
-}
-
-int td_jinja_render(const td_jinja_t *t, const struct json_object *vars,
-                    const td_jinja_opts_t *opts, td_buf_t *out)
-{
-    static const td_jinja_opts_t defaults;
-    raised = false;
-    if (!t || !out)
-        return td_err_set(TD_EINVAL, "td_jinja_render: NULL argument");
-    if (!opts)
-        opts = &defaults;
-    if (vars && !json_object_is_type((json_object *)vars, json_type_object))
-        return td_err_set(TD_EINVAL, "td_jinja_render: vars must be a JSON object");
-    jr_t *r = calloc(1, sizeof(*r));
-    if (!r)
-        return td_err_set(TD_ENOMEM, "%s: out of memory", t->what);
-    const td_jinja_limits_t *l = &opts->limits;
-    r->tpl = t;
-    r->ar.jb = &r->jb;
-    r->ar.err = &r->err;
-    r->ar.limit = l->max_memory ? l->max_memory : TD_JINJA_DEFAULT_MAX_MEMORY;
-    r->max_output = l->max_output ? l->max_output : TD_JINJA_DEFAULT_MAX_OUTPUT;
-    r->max_steps = l->max_steps ? l->max_steps : TD_JINJA_DEFAULT_MAX_STEPS;
-    r->max_depth = l->max_depth ? l->max_depth : TD_JINJA_DEFAULT_MAX_DEPTH;
-    r->now_s = opts->now_s;
-    int err = 0;
-    if (setjmp(r->jb)) {
-        err = r->err;
-        goto done;
-    }
-    r->globals = scope_new(r, NULL);
-    td__jr_add_globals(r, r->globals->vars);
-    if (vars) {
-        jv_t v = td__jv_from_json(&r->ar, vars);
-        for (size_t i = 0; i < v.u.d->n; i++)
-            td__jdict_set(&r->ar, r->globals->vars, v.u.d->k[i], v.u.d->v[i]);
-    }
-    jscope_t *root = scope_new(r, r->globals);
-    jbuf_t buf = {0};
-    r->out = &buf;
-    exec_body(r, root, t->body, t->n_body);
-    err = td_buf_append(out, buf.p ? buf.p : "", buf.n);
-    if (err)
-        err = td_err_set(err, "%s: out of memory for %zu bytes of output", t->what, buf.n);
-done:
-    td__jarena_free(&r->ar);
-    free(r);
-    return err;
 }
 
 void td__jr_set_raised(void)

@@ -698,17 +698,19 @@ jv_t td__jr_filter(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const 
         jv_t attr = arg(args, n, kw, 0, "attribute", JV_NONE_V);
         jv_t acc = arg(args, n, kw, 1, "start", td__jv_int(0));
         jlist_t *items = td__jr_iter(r, at, v);
-        node_t plus = {.kind = N_BINOP, .line = at ? at->line : 0, .op = "+"};
         for (size_t i = 0; i < items->n; i++) {
             jv_t x = attr.t == JV_NONE ? items->v[i] : attr_path(r, at, items->v[i], attr);
-            jv_t pair[2] = {acc, x};
-            (void)plus;
-            if ((acc.t == JV_INT || acc.t == JV_FLOAT) && (x.t == JV_INT || x.t == JV_FLOAT))
-                acc = acc.t == JV_INT && x.t == JV_INT ? td__jv_int(acc.u.i + x.u.i)
-                                                       : td__jv_float((acc.t == JV_INT ? (double)acc.u.i : acc.u.f) +
-                                                                      (x.t == JV_INT ? (double)x.u.i : x.u.f));
+            bool xi = x.t == JV_INT || x.t == JV_BOOL, ai = acc.t == JV_INT || acc.t == JV_BOOL;
+            if (!(xi || x.t == JV_FLOAT) || !(ai || acc.t == JV_FLOAT))
+                type_error(r, at, "sum() needs numbers", x);
+            int64_t xv = x.t == JV_BOOL ? x.u.b : x.u.i, av = acc.t == JV_BOOL ? acc.u.b : acc.u.i;
+            int64_t z;
+            if (xi && ai && !__builtin_add_overflow(av, xv, &z))
+                acc = td__jv_int(z);
+            else if (xi && ai)
+                td__jr_fail(r, at, TD_ERANGE, "integer overflow");
             else
-                type_error(r, at, "sum needs numbers", pair[1]);
+                acc = td__jv_float((ai ? (double)av : acc.u.f) + (xi ? (double)xv : x.u.f));
         }
         return acc;
     }

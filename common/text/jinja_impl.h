@@ -1,5 +1,6 @@
 /* jinja_impl.h: what the Jinja engine's files share (td_jinja.h is the public side).
  *
+ * jinja.c         the entry points: parse, render, free
  * jinja_lex.c     source -> tokens (whitespace control, trim/lstrip blocks, raw)
  * jinja_parse.c   tokens -> a tree of node_t
  * jinja_value.c   the arena, values (jv_t), Python's str()/repr(), json.dumps, comparisons
@@ -299,6 +300,9 @@ void td__jr_set_raised(void);
 void td__jr_step(jr_t *r, const node_t *at);
 
 /* jinja_eval.c */
+jscope_t *td__jr_scope_new(jr_t *r, jscope_t *parent);
+void td__jr_exec_body(jr_t *r, jscope_t *s, node_t *const *body, size_t n);
+void td__jr_clear_raised(void);
 jv_t td__jr_eval(jr_t *r, jscope_t *s, const node_t *e);
 jv_t td__jr_getattr(jr_t *r, const node_t *at, jv_t obj, const jstr_t *name);
 jv_t td__jr_getitem(jr_t *r, const node_t *at, jv_t obj, jv_t key);

@@ -92,8 +92,9 @@ void td_chat_template_free(td_chat_template_t *t);
  * developer, user, assistant, tool) and a `content` that is a string or an array of
  * {"type": "text", "text": string} parts (joined with nothing between them); an assistant
  * message may have null or no content when it carries `tool_calls` (an array of
- * {"id", "type": "function", "function": {"name": string, "arguments": JSON text or object}}),
- * and may carry `reasoning_content`. Other keys (name, tool_call_id, ...) pass to the template
+ * {"id", "type": "function", "function": {"name": string, "arguments": JSON text or object}});
+ * templates then see content "" as under vLLM. Assistant messages may carry
+ * `reasoning_content`. Other keys (name, tool_call_id, ...) pass to the template
  * as they are. Errors leave `out` empty and name the field in td_err_msg (e.g.
  * `messages[2].role: missing`, `messages[1].tool_calls[0].function.arguments: not valid JSON`):
  * TD_EPARSE (not JSON), TD_EINVAL (wrong shape, unknown role, invalid UTF-8), TD_ENOTSUP
