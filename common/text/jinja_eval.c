@@ -51,6 +51,13 @@ static void emit(jr_t *r, const node_t *at, const char *p, size_t n)
     td__jbuf_put(&r->ar, r->out, p, n);
 }
 
+_Noreturn void td__jr_type_error(jr_t *r, const node_t *at, const char *what, jv_t v)
+{
+    if (v.t == JV_UNDEF && v.u.s)
+        td__jr_fail(r, at, TD_EINVAL, "UndefinedError: '%.100s' is undefined", v.u.s->p);
+    td__jr_fail(r, at, TD_EINVAL, "TypeError: %s, not %s", what, td__jv_type_name(v));
+}
+
 /* ---- scopes ---------------------------------------------------------------------------------- */
 
 jscope_t *td__jr_scope_new(jr_t *r, jscope_t *parent)
@@ -196,7 +203,7 @@ static int64_t slice_arg(jr_t *r, const node_t *at, jv_t v, bool *given)
 {
     int64_t i;
     *given = false;
-    if (v.t == JV_NONE || v.t == JV_UNDEF)
+    if (v.t == JV_NONE)
         return 0;
     if (!as_index(v, &i))
         td__jr_fail(r, at, TD_EINVAL,

@@ -4,9 +4,7 @@
  * Filters: abs attr capitalize count default d dictsort e escape first float format indent int
  * items join last length list lower map max min reject rejectattr replace reverse round safe
  * select selectattr sort string sum title tojson trim unique upper wordcount.
- * Tests: boolean callable defined divisibleby eq equalto escaped even false filter float ge gt
- * greaterthan in integer iterable le lower lessthan lt mapping ne none number odd sameas sequence
- * string test true undefined upper, and == != < <= > >=.
+ * The tests are in jinja_tests.c.
  * The str, dict and list methods are in jinja_methods.c. */
 #include "jinja_impl.h"
 
@@ -41,28 +39,6 @@ static jv_t mklist(jr_t *r, bool gen)
     jv_t l = td__jv_list(&r->ar, 0);
     l.u.l->gen = gen;
     return l;
-}
-
-_Noreturn static void type_error(jr_t *r, const node_t *at, const char *what, jv_t v)
-{
-    if (v.t == JV_UNDEF && v.u.s)
-        td__jr_fail(r, at, TD_EINVAL, "UndefinedError: '%.100s' is undefined", v.u.s->p);
-    td__jr_fail(r, at, TD_EINVAL, "TypeError: %s, not %s", what, td__jv_type_name(v));
-}
-
-/* Python's len(); false when the value has none. */
-static bool py_len(jv_t v, int64_t *n)
-{
-    switch (v.t) {
-    case JV_STR: *n = (int64_t)td__utf8_count(v.u.s->p, v.u.s->n); return true;
-    case JV_LIST:
-        *n = (int64_t)v.u.l->n;
-        return !v.u.l->gen;
-    case JV_DICT:
-    case JV_NS: *n = (int64_t)v.u.d->n; return v.t == JV_DICT;
-    case JV_UNDEF: *n = 0; return true;
-    default: return false;
-    }
 }
 
 /* ---- text ------------------------------------------------------------------------------------ */
@@ -182,11 +158,17 @@ jlist_t *td__jr_splitlines(jr_t *r, const jstr_t *s)
 static jv_t do_indent(jr_t *r, const jstr_t *s, jv_t width, bool first, bool blank)
 {
     jbuf_t ind = {0}, b = {0};
-    if (width.t == JV_STR)
+    if (width.t == JV_STR) {
         td__jbuf_put(&r->ar, &ind, width.u.s->p, width.u.s->n);
-    else
-        for (int64_t i = 0; i < (width.t == JV_INT ? width.u.i : 4); i++)
+    } else if (width.t == JV_INT || width.t == JV_BOOL) { /* " " * width */
+        int64_t w = width.t == JV_INT ? width.u.i : width.u.b;
+        if (w > 4096)
+            td__jr_fail(r, NULL, TD_ERANGE, "indent width %lld too large", (long long)w);
+        for (int64_t i = 0; i < w; i++)
             td__jbuf_putc(&r->ar, &ind, ' ');
+    } else {
+        td__jr_type_error(r, NULL, "indent width must be an int or a str", width);
+    }
     jbuf_t src = {0};
     td__jbuf_put(&r->ar, &src, s->p, s->n);
     td__jbuf_putc(&r->ar, &src, '\n');
@@ -276,118 +258,6 @@ static jv_t attr_path(jr_t *r, const node_t *at, jv_t item, jv_t path)
     return item;
 }
 
-/* ---- tests ----------------------------------------------------------------------------------- */
-
-static const char *const test_names[] = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even", "false",
-    "filter", "float", "ge", "gt", "greaterthan", "in", "integer", "iterable", "le", "lower",
-    "lessthan", "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string",
-    "test", "true", "undefined", "upper", "==", "!=", "<", "<=", ">", ">="};
-
-bool td__jr_has_test(const char *name)
-{
-    for (size_t i = 0; i < TD_ARRAY_LEN(test_names); i++)
-        if (!strcmp(name, test_names[i]))
-            return true;
-    return false;
-}
-
-static bool cmp_test(jr_t *r, const node_t *at, const char *op, jv_t a, jv_t b)
-{
-    int c;
-    if (!td__jv_compare(a, b, &c))
-        td__jr_fail(r, at, TD_EINVAL,
-                    "TypeError: '%s' not supported between instances of '%s' and '%s'", op,
-                    td__jv_type_name(a), td__jv_type_name(b));
-    if (op[0] == '<')
-        return op[1] ? c <= 0 : c < 0;
-    return op[1] ? c >= 0 : c > 0;
-}
-
-bool td__jr_test(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const jv_t *args,
-                 size_t n)
-{
-    const char *t = name->p;
-    jv_t a0 = n > 0 ? args[0] : JV_UNDEF_V;
-    int64_t len;
-    if (!strcmp(t, "defined"))
-        return v.t != JV_UNDEF;
-    if (!strcmp(t, "undefined"))
-        return v.t == JV_UNDEF;
-    if (!strcmp(t, "none"))
-        return v.t == JV_NONE;
-    if (!strcmp(t, "boolean"))
-        return v.t == JV_BOOL;
-    if (!strcmp(t, "true") || !strcmp(t, "false"))
-        return v.t == JV_BOOL && v.u.b == (t[0] == 't');
-    if (!strcmp(t, "integer"))
-        return v.t == JV_INT;
-    if (!strcmp(t, "float"))
-        return v.t == JV_FLOAT;
-    if (!strcmp(t, "number"))
-        return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL;
-    if (!strcmp(t, "string"))
-        return v.t == JV_STR;
-    if (!strcmp(t, "mapping"))
-        return v.t == JV_DICT;
-    if (!strcmp(t, "iterable"))
-        return v.t == JV_STR || v.t == JV_LIST || v.t == JV_DICT || v.t == JV_UNDEF;
-    if (!strcmp(t, "sequence"))
-        return py_len(v, &len) && v.t != JV_UNDEF;
-    if (!strcmp(t, "callable"))
-        return v.t == JV_FUNC || v.t == JV_MACRO || v.t == JV_UNDEF;
-    if (!strcmp(t, "escaped"))
-        return false;
-    if (!strcmp(t, "lower") || !strcmp(t, "upper")) {
-        if (v.t != JV_STR)
-            return false;
-        jv_t c = td__jr_recase(r, v.u.s, t[0] == 'l' ? 3 : 4);
-        return td__jv_equal(c, v);
-    }
-    if (!strcmp(t, "even") || !strcmp(t, "odd") || !strcmp(t, "divisibleby")) {
-        if (v.t != JV_INT && v.t != JV_BOOL)
-            type_error(r, at, "the value must be an integer", v);
-        int64_t x = v.t == JV_INT ? v.u.i : v.u.b, d = 2;
-        if (t[0] == 'd') {
-            if (a0.t != JV_INT || a0.u.i == 0)
-                type_error(r, at, "divisibleby needs a non-zero integer", a0);
-            d = a0.u.i;
-        }
-        int64_t m = x % d;
-        return t[0] == 'o' ? m != 0 : m == 0;
-    }
-    if (!strcmp(t, "eq") || !strcmp(t, "equalto") || !strcmp(t, "=="))
-        return td__jv_equal(v, a0);
-    if (!strcmp(t, "ne") || !strcmp(t, "!="))
-        return !td__jv_equal(v, a0);
-    if (!strcmp(t, "sameas"))
-        return v.t == a0.t && (v.t == JV_NONE || v.t == JV_UNDEF ? true
-                               : v.t == JV_BOOL                  ? v.u.b == a0.u.b
-                                                                 : td__jv_equal(v, a0));
-    if (!strcmp(t, "lt") || !strcmp(t, "lessthan") || !strcmp(t, "<"))
-        return cmp_test(r, at, "<", v, a0);
-    if (!strcmp(t, "le") || !strcmp(t, "<="))
-        return cmp_test(r, at, "<=", v, a0);
-    if (!strcmp(t, "gt") || !strcmp(t, "greaterthan") || !strcmp(t, ">"))
-        return cmp_test(r, at, ">", v, a0);
-    if (!strcmp(t, "ge") || !strcmp(t, ">="))
-        return cmp_test(r, at, ">=", v, a0);
-    if (!strcmp(t, "in")) {
-        jlist_t *l = td__jr_iter(r, at, a0);
-        if (a0.t == JV_STR)
-            return v.t == JV_STR && (v.u.s->n == 0 || memmem(a0.u.s->p, a0.u.s->n, v.u.s->p,
-                                                             v.u.s->n) != NULL);
-        for (size_t i = 0; i < l->n; i++)
-            if (td__jv_equal(l->v[i], v))
-                return true;
-        return false;
-    }
-    if (!strcmp(t, "filter") || !strcmp(t, "test"))
-        return v.t == JV_STR && (t[0] == 'f' ? td__jr_has_filter(v.u.s->p)
-                                             : td__jr_has_test(v.u.s->p));
-    td__jr_fail(r, at, TD_EINTERNAL, "no test named '%s'", t);
-}
-
 /* ---- filters --------------------------------------------------------------------------------- */
 
 static const char *const filter_names[] = {
@@ -396,6 +266,74 @@ static const char *const filter_names[] = {
     "max", "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
     "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper",
     "wordcount"};
+
+/* Python signatures of the filters after the value: positional-or-keyword names in order, how
+ * many are required; variadic ones (format, map, select...) take anything. */
+static const struct fsig {
+    const char *name;
+    const char *params[5];
+    int required;
+    bool variadic;
+} fsigs[] = {
+    {"attr", {"name"}, 1, false},
+    {"d", {"default_value", "boolean"}, 0, false},
+    {"default", {"default_value", "boolean"}, 0, false},
+    {"dictsort", {"case_sensitive", "by", "reverse"}, 0, false},
+    {"float", {"default"}, 0, false},
+    {"format", {NULL}, 0, true},
+    {"indent", {"width", "first", "blank"}, 0, false},
+    {"int", {"default", "base"}, 0, false},
+    {"join", {"d", "attribute"}, 0, false},
+    {"map", {NULL}, 0, true},
+    {"max", {"case_sensitive", "attribute"}, 0, false},
+    {"min", {"case_sensitive", "attribute"}, 0, false},
+    {"reject", {NULL}, 0, true},
+    {"rejectattr", {NULL}, 0, true},
+    {"replace", {"old", "new", "count"}, 2, false},
+    {"round", {"precision", "method"}, 0, false},
+    {"select", {NULL}, 0, true},
+    {"selectattr", {NULL}, 0, true},
+    {"sort", {"reverse", "case_sensitive", "attribute"}, 0, false},
+    {"sum", {"attribute", "start"}, 0, false},
+    {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}, 0, false},
+    {"trim", {"chars"}, 0, false},
+    {"unique", {"case_sensitive", "attribute"}, 0, false},
+};
+
+/* Python's TypeError for arguments a filter's signature does not take. */
+static void check_signature(jr_t *r, const node_t *at, const char *f, size_t n, jdict_t *kw)
+{
+    static const struct fsig none = {NULL, {NULL}, 0, false};
+    const struct fsig *sig = &none;
+    for (size_t i = 0; i < TD_ARRAY_LEN(fsigs); i++)
+        if (!strcmp(fsigs[i].name, f))
+            sig = &fsigs[i];
+    if (sig->variadic)
+        return;
+    size_t np = 0;
+    while (np < 5 && sig->params[np])
+        np++;
+    if (n > np)
+        td__jr_fail(r, at, TD_EINVAL, "TypeError: filter '%s' takes at most %zu argument(s) "
+                                      "(%zu given)",
+                    f, np, n);
+    size_t have = n;
+    for (size_t k = 0; kw && k < kw->n; k++) {
+        size_t at_i = np;
+        for (size_t i = 0; i < np; i++)
+            if (kw->k[k].t == JV_STR && !strcmp(kw->k[k].u.s->p, sig->params[i]))
+                at_i = i;
+        if (at_i == np || at_i < n)
+            td__jr_fail(r, at, TD_EINVAL, "TypeError: filter '%s' got %s keyword argument '%s'",
+                        f, at_i == np ? "an unexpected" : "a repeated",
+                        kw->k[k].t == JV_STR ? kw->k[k].u.s->p : "?");
+        if ((int)at_i < sig->required)
+            have++;
+    }
+    if ((int)TD_MIN(have, np) < sig->required)
+        td__jr_fail(r, at, TD_EINVAL, "TypeError: filter '%s' needs %d argument(s)", f,
+                    sig->required);
+}
 
 bool td__jr_has_filter(const char *name)
 {
@@ -477,6 +415,10 @@ static jv_t tojson(jr_t *r, const node_t *at, jv_t v, const jv_t *args, size_t n
         seps.u.l->v[1].t == JV_STR) {
         item_sep = seps.u.l->v[0].u.s->p;
         key_sep = seps.u.l->v[1].u.s->p;
+    } else if (seps.t == JV_STR && td__utf8_count(seps.u.s->p, seps.u.s->n) == 2) {
+        size_t cut = td__utf8_offset(seps.u.s->p, seps.u.s->n, 1); /* a, b = "xy" */
+        item_sep = td__jv_str(&r->ar, seps.u.s->p, cut).u.s->p;
+        key_sep = seps.u.s->p + cut;
     } else if (seps.t != JV_NONE) {
         td__jr_fail(r, at, TD_EINVAL, "tojson: separators must be a pair of strings");
     }
@@ -520,6 +462,7 @@ jv_t td__jr_filter(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const 
     const char *f = name->p;
     int64_t len;
     td__jr_step(r, at);
+    check_signature(r, at, f, n, kw);
     if (!strcmp(f, "trim")) {
         jv_t chars = arg(args, n, kw, 0, "chars", JV_NONE_V);
         return py_strip(r, str_of(r, v).u.s, chars.t == JV_STR ? chars.u.s : NULL, 3);
@@ -527,7 +470,7 @@ jv_t td__jr_filter(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const 
     if (!strcmp(f, "tojson"))
         return tojson(r, at, v, args, n, kw);
     if (!strcmp(f, "length") || !strcmp(f, "count")) {
-        if (!py_len(v, &len))
+        if (!td__jv_len(v, &len))
             td__jr_fail(r, at, TD_EINVAL, "TypeError: object of type '%s' has no len()",
                         v.t == JV_LIST ? "generator" : td__jv_type_name(v));
         return td__jv_int(len);
@@ -562,7 +505,7 @@ jv_t td__jr_filter(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const 
     }
     if (!strcmp(f, "dictsort")) {
         if (v.t != JV_DICT)
-            type_error(r, at, "dictsort needs a mapping", v);
+            td__jr_type_error(r, at, "dictsort needs a mapping", v);
         bool cs = td__jv_truthy(arg(args, n, kw, 0, "case_sensitive", td__jv_bool(false)));
         jv_t by = arg(args, n, kw, 1, "by", td__jv_cstr(&r->ar, "key"));
         bool rev = td__jv_truthy(arg(args, n, kw, 2, "reverse", td__jv_bool(false)));
@@ -588,6 +531,11 @@ jv_t td__jr_filter(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const 
         jv_t out = mklist(r, true);
         jv_t attr = arg(NULL, 0, kw, 0, "attribute", JV_UNDEF_V);
         jv_t def = arg(NULL, 0, kw, 0, "default", JV_UNDEF_V);
+        for (size_t k = 0; attr.t != JV_UNDEF && kw && k < kw->n; k++)
+            if (strcmp(kw->k[k].u.s->p, "attribute") && strcmp(kw->k[k].u.s->p, "default"))
+                td__jr_fail(r, at, TD_EINVAL,
+                            "FilterArgumentError: Unexpected keyword argument '%.60s'",
+                            kw->k[k].u.s->p);
         if (attr.t == JV_UNDEF && n < 1)
             td__jr_fail(r, at, TD_EINVAL, "map: give a filter name or attribute=");
         const jstr_t *fname = attr.t == JV_UNDEF ? str_of(r, args[0]).u.s : NULL;
@@ -657,6 +605,8 @@ jv_t td__jr_filter(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const 
         return do_replace(r, str_of(r, v).u.s, old.u.s, nw.u.s,
                           count.t == JV_INT ? count.u.i : -1);
     }
+    if ((!strcmp(f, "int") || !strcmp(f, "float")) && v.t == JV_UNDEF)
+        td__jr_type_error(r, at, "int/float of an undefined value", v); /* Undefined.__int__ raises */
     if (!strcmp(f, "int"))
         return to_int(r, v, arg(args, n, kw, 0, "default", td__jv_int(0)));
     if (!strcmp(f, "float")) {
@@ -674,14 +624,14 @@ jv_t td__jr_filter(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const 
             return td__jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
         if (v.t == JV_FLOAT)
             return td__jv_float(fabs(v.u.f));
-        type_error(r, at, "bad operand type for abs()", v);
+        td__jr_type_error(r, at, "bad operand type for abs()", v);
     }
     if (!strcmp(f, "round")) {
         jv_t prec = arg(args, n, kw, 0, "precision", td__jv_int(0));
         jv_t method = arg(args, n, kw, 1, "method", td__jv_cstr(&r->ar, "common"));
         double x = v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : NAN;
         if (isnan(x) || prec.t != JV_INT)
-            type_error(r, at, "round needs a number", v);
+            td__jr_type_error(r, at, "round needs a number", v);
         double m = pow(10.0, (double)prec.u.i), y = x * m;
         const char *how = method.t == JV_STR ? method.u.s->p : "common";
         if (strcmp(how, "common") == 0) {
@@ -702,7 +652,7 @@ jv_t td__jr_filter(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const 
             jv_t x = attr.t == JV_NONE ? items->v[i] : attr_path(r, at, items->v[i], attr);
             bool xi = x.t == JV_INT || x.t == JV_BOOL, ai = acc.t == JV_INT || acc.t == JV_BOOL;
             if (!(xi || x.t == JV_FLOAT) || !(ai || acc.t == JV_FLOAT))
-                type_error(r, at, "sum() needs numbers", x);
+                td__jr_type_error(r, at, "sum() needs numbers", x);
             int64_t xv = x.t == JV_BOOL ? x.u.b : x.u.i, av = acc.t == JV_BOOL ? acc.u.b : acc.u.i;
             int64_t z;
             if (xi && ai && !__builtin_add_overflow(av, xv, &z))
@@ -790,7 +740,7 @@ jv_t td__jr_filter(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const 
     if (!strcmp(f, "attr")) {
         jv_t a = arg(args, n, kw, 0, "name", JV_UNDEF_V);
         if (a.t != JV_STR)
-            type_error(r, at, "attr needs a string name", a);
+            td__jr_type_error(r, at, "attr needs a string name", a);
         return td__jr_getattr(r, at, v, a.u.s);
     }
     td__jr_fail(r, at, TD_EINTERNAL, "no filter named '%s'", f);
@@ -816,7 +766,7 @@ static jv_t g_strftime(jr_t *r, const node_t *at, jfunc_t *self, const jv_t *arg
     (void)self;
     jv_t fmt = arg(args, n, kw, 0, "format", JV_UNDEF_V);
     if (fmt.t != JV_STR)
-        type_error(r, at, "strftime_now needs a format string", fmt);
+        td__jr_type_error(r, at, "strftime_now needs a format string", fmt);
     time_t now = r->now_s ? (time_t)r->now_s : time(NULL);
     struct tm tm;
     localtime_r(&now, &tm);
@@ -833,7 +783,7 @@ static jv_t g_range(jr_t *r, const node_t *at, jfunc_t *self, const jv_t *args, 
     int64_t a[3] = {0, 0, 1};
     for (size_t i = 0; i < n && i < 3; i++) {
         if (args[i].t != JV_INT && args[i].t != JV_BOOL)
-            type_error(r, at, "range() needs integers", args[i]);
+            td__jr_type_error(r, at, "range() needs integers", args[i]);
         a[i] = args[i].t == JV_INT ? args[i].u.i : args[i].u.b;
     }
     if (n == 0 || n > 3)
@@ -850,6 +800,10 @@ static jv_t g_range(jr_t *r, const node_t *at, jfunc_t *self, const jv_t *args, 
     jv_t l = td__jv_list(&r->ar, count > 0 ? (size_t)count : 0);
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
         td__jlist_push(&r->ar, l.u.l, td__jv_int(i));
+    l.u.l->range = true; /* prints as range(start, stop[, step]) */
+    l.u.l->range_args[0] = start;
+    l.u.l->range_args[1] = stop;
+    l.u.l->range_args[2] = step;
     return l;
 }
 
@@ -861,7 +815,7 @@ static jv_t g_namespace(jr_t *r, const node_t *at, jfunc_t *self, const jv_t *ar
     ns.t = self->name[0] == 'n' ? JV_NS : JV_DICT;
     for (size_t i = 0; i < n; i++) {
         if (args[i].t != JV_DICT)
-            type_error(r, at, "namespace()/dict() take a mapping", args[i]);
+            td__jr_type_error(r, at, "namespace()/dict() take a mapping", args[i]);
         for (size_t k = 0; k < args[i].u.d->n; k++)
             td__jdict_set(&r->ar, ns.u.d, args[i].u.d->k[k], args[i].u.d->v[k]);
     }

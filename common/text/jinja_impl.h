@@ -5,7 +5,8 @@
  * jinja_parse.c   tokens -> a tree of node_t
  * jinja_value.c   the arena, values (jv_t), Python's str()/repr(), json.dumps, comparisons
  * jinja_eval.c    statements and expressions, scopes, loops, macros, limits
- * jinja_filters.c filters, tests, globals, and the str/dict/list methods
+ * jinja_filters.c filters and globals
+ * jinja_tests.c   tests (`is defined`, ...), and the str/dict/list methods
  *
  * Memory: everything a parse builds lives in the template's arena, everything a render builds
  * lives in the render's arena; both are freed whole. Errors inside the parser and the evaluator
@@ -85,6 +86,8 @@ struct jlist {
     jv_t *v;    /* [n] */
     bool tuple; /* prints as (a, b) */
     bool gen;   /* a generator in Python (select, map, items, reverse...): always true, no len() */
+    bool range; /* a range(): prints as range(a, b[, step]), not JSON; range_args holds them */
+    int64_t range_args[3];
 };
 
 struct jdict {
@@ -130,6 +133,7 @@ bool td__jv_equal(jv_t a, jv_t b);
 /* <0, 0, >0; false when the two cannot be ordered (Python raises TypeError) */
 bool td__jv_compare(jv_t a, jv_t b, int *out);
 const char *td__jv_type_name(jv_t v); /* Python's type name: "str", "dict", "NoneType", ... */
+bool td__jv_len(jv_t v, int64_t *n);  /* Python's len(); false when the value has none */
 
 /* A growing output buffer in an arena. */
 typedef struct jbuf {
@@ -296,6 +300,8 @@ _Noreturn void td__jr_fail(jr_t *r, const node_t *at, int code, const char *fmt,
     __attribute__((format(printf, 4, 5)));
 /* Mark this thread's render as failed by raise_exception (td_jinja_raised). */
 void td__jr_set_raised(void);
+/* Python's TypeError "what, not TYPE" (UndefinedError when v is undefined); unwinds. */
+_Noreturn void td__jr_type_error(jr_t *r, const node_t *at, const char *what, jv_t v);
 /* Count one step against the limit. */
 void td__jr_step(jr_t *r, const node_t *at);
 

@@ -268,6 +268,7 @@ static void lex_number(lex_t *lx)
     while (i < lx->n && (is_digit(lx->s[i]) || (lx->s[i] == '_' && i + 1 < lx->n &&
                                                  is_digit(lx->s[i + 1]))))
         i++;
+    size_t int_end = i;
     if (i + 1 < lx->n && lx->s[i] == '.' && is_digit(lx->s[i + 1])) {
         is_float = true;
         i++;
@@ -284,6 +285,11 @@ static void lex_number(lex_t *lx)
             while (i < lx->n && is_digit(lx->s[i]))
                 i++;
         }
+    }
+    if (!is_float && lx->s[at] == '0') { /* Jinja's integers: [1-9](_?\d)* or 0(_?0)* */
+        i = at + 1;
+        while (i < int_end && (lx->s[i] == '0' || lx->s[i] == '_'))
+            i++;
     }
     for (size_t k = at; k < i; k++)
         if (lx->s[k] != '_' && w + 1 < sizeof(buf))
@@ -314,7 +320,9 @@ static char lex_tag(lex_t *lx, char end_ch, size_t start)
                 lx->pos += 2;
                 return 0;
             }
-            if (left >= 3 && (p[0] == '-' || p[0] == '+') && p[1] == end_ch && p[2] == '}') {
+            /* `-%}` `+%}` `-}}`: Jinja has no `+}}` */
+            if (left >= 3 && (p[0] == '-' || (p[0] == '+' && end_ch == '%')) &&
+                p[1] == end_ch && p[2] == '}') {
                 lx->pos += 3;
                 return p[0];
             }

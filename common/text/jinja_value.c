@@ -212,7 +212,7 @@ bool td__jv_equal(jv_t a, jv_t b)
     case JV_NONE: return true;
     case JV_STR: return a.u.s->n == b.u.s->n && memcmp(a.u.s->p, b.u.s->p, a.u.s->n) == 0;
     case JV_LIST:
-        if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple)
+        if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple || a.u.l->range != b.u.l->range)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
             if (!td__jv_equal(a.u.l->v[i], b.u.l->v[i]))
@@ -264,6 +264,21 @@ bool td__jv_compare(jv_t a, jv_t b, int *out)
         return true;
     }
     return false;
+}
+
+/* Python's len(); false when the value has none. */
+bool td__jv_len(jv_t v, int64_t *n)
+{
+    switch (v.t) {
+    case JV_STR: *n = (int64_t)td__utf8_count(v.u.s->p, v.u.s->n); return true;
+    case JV_LIST:
+        *n = (int64_t)v.u.l->n;
+        return !v.u.l->gen;
+    case JV_DICT:
+    case JV_NS: *n = (int64_t)v.u.d->n; return v.t == JV_DICT;
+    case JV_UNDEF: *n = 0; return true;
+    default: return false;
+    }
 }
 
 const char *td__jv_type_name(jv_t v)
@@ -476,6 +491,19 @@ static void repr_to(jarena_t *a, jbuf_t *b, jv_t v, int depth)
     case JV_UNDEF: put_s(a, b, "Undefined"); return;
     case JV_LIST: {
         bool t = v.u.l->tuple;
+        if (v.u.l->range || v.u.l->gen) {
+            char tmp[96];
+            const int64_t *ra = v.u.l->range_args;
+            if (v.u.l->gen)
+                snprintf(tmp, sizeof(tmp), "<generator object>");
+            else if (ra[2] == 1)
+                snprintf(tmp, sizeof(tmp), "range(%lld, %lld)", (long long)ra[0], (long long)ra[1]);
+            else
+                snprintf(tmp, sizeof(tmp), "range(%lld, %lld, %lld)", (long long)ra[0],
+                         (long long)ra[1], (long long)ra[2]);
+            put_s(a, b, tmp);
+            return;
+        }
         td__jbuf_putc(a, b, t ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i)
@@ -658,6 +686,10 @@ static bool json_to(jarena_t *a, jbuf_t *b, jv_t v, jopts_t *o, int level)
         return true;
     case JV_STR: json_str(a, b, v.u.s->p, v.u.s->n, o->ascii); return true;
     case JV_LIST:
+        if (v.u.l->range || v.u.l->gen) {
+            o->bad = v.u.l->range ? "range" : "generator";
+            return false;
+        }
         if (v.u.l->n == 0) {
             put_s(a, b, "[]");
             return true;
