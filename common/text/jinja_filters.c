@@ -666,7 +666,10 @@ jv_t td__jr_filter(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const 
     }
     if (!strcmp(f, "min") || !strcmp(f, "max") || !strcmp(f, "sort") || !strcmp(f, "unique")) {
         bool is_sort = f[0] == 's', is_unique = f[0] == 'u';
-        bool rev = is_sort && td__jv_truthy(arg(args, n, kw, 0, "reverse", td__jv_bool(false)));
+        jv_t revv = arg(args, n, kw, 0, "reverse", td__jv_bool(false));
+        if (is_sort && revv.t != JV_BOOL && revv.t != JV_INT) /* sorted(reverse=) wants an int */
+            td__jr_type_error(r, at, "sort(reverse=) must be a bool", revv);
+        bool rev = is_sort && td__jv_truthy(revv);
         bool cs = td__jv_truthy(arg(args, n, kw, is_sort ? 1 : 0, "case_sensitive",
                                     td__jv_bool(false)));
         jv_t attr = arg(args, n, kw, is_sort ? 2 : 1, "attribute", JV_NONE_V);

@@ -473,10 +473,14 @@ void td__jinja_lex(jparse_ctx_t *pc, const char *src, size_t len, jtok_t **toks,
             size_t body = raw_end;
             if (raw_sign == '-')
                 body = skip_ws(lx.s, lx.n, body);
+            if (body >= lx.n) /* as above: nothing left after the tag */
+                break;
             lex_raw(&lx, tag, body);
             continue;
         }
         emit_text_before(&lx, lx.pos, tag, sign, kind != '{');
+        if (i >= lx.n && kind == '#') /* a comment opening at the very end: Jinja stops there */
+            break;
         if (kind == '#') {
             size_t j = i;
             for (; j + 1 < lx.n; j++)

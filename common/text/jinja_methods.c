@@ -82,7 +82,7 @@ static jv_t split(jr_t *r, const node_t *at, const jstr_t *s, jv_t sepv, int64_t
 {
     jv_t out = td__jv_list(&r->ar, 0);
     jlist_t *l = out.u.l;
-    if (sepv.t == JV_NONE || sepv.t == JV_UNDEF) {
+    if (sepv.t == JV_NONE) {
         /* runs of whitespace; ends ignored */
         size_t n = s->n;
         size_t cps = td__utf8_count(s->p, n);
@@ -228,6 +228,7 @@ static jv_t str_format(jr_t *r, const node_t *at, const jstr_t *fmt, const jv_t 
 {
     jbuf_t b = {0};
     size_t auto_i = 0;
+    bool manual = false;
     for (size_t i = 0; i < fmt->n; i++) {
         char c = fmt->p[i];
         if ((c == '{' || c == '}') && i + 1 < fmt->n && fmt->p[i + 1] == c) {
@@ -248,6 +249,12 @@ static jv_t str_format(jr_t *r, const node_t *at, const jstr_t *fmt, const jv_t 
             td__jr_fail(r, at, TD_ENOTSUP, "str.format: conversions and format specs are not "
                                            "supported");
         jv_t v = JV_UNDEF_V;
+        bool numbered = fl > 0 && f[0] >= '0' && f[0] <= '9';
+        if ((fl == 0 && manual) || (numbered && auto_i > 0))
+            td__jr_fail(r, at, TD_EINVAL, "ValueError: cannot switch from %s field "
+                                          "specification to %s field numbering",
+                        manual ? "manual" : "automatic", manual ? "automatic" : "manual");
+        manual |= numbered;
         if (fl == 0) {
             if (auto_i >= n)
                 td__jr_fail(r, at, TD_EINVAL, "IndexError: Replacement index %zu out of range",

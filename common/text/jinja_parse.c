@@ -730,8 +730,6 @@ static node_t *parse_macro(parser_t *p, const jtok_t *tag)
     static const char *const ends[] = {"endmacro", NULL};
     parse_body(p, ends, &nd->body, &nd->n_body);
     advance(p);
-    if (cur(p)->t == JT_NAME) /* {% endmacro name %} */
-        advance(p);
     expect_block_end(p);
     return nd;
 }

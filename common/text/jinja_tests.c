@@ -105,7 +105,7 @@ bool td__jr_test(jr_t *r, const node_t *at, const jstr_t *name, jv_t v, const jv
     if (!strcmp(t, "ne") || !strcmp(t, "!="))
         return !td__jv_equal(v, a0);
     if (!strcmp(t, "sameas"))
-        return v.t == a0.t && (v.t == JV_NONE || v.t == JV_UNDEF ? true
+        return v.t == a0.t && v.t != JV_UNDEF && (v.t == JV_NONE ? true
                                : v.t == JV_BOOL                  ? v.u.b == a0.u.b
                                                                  : td__jv_equal(v, a0));
     if (!strcmp(t, "lt") || !strcmp(t, "lessthan") || !strcmp(t, "<"))

@@ -7,23 +7,12 @@
 #include "fuzz.h"
 #include "td_error.h"
 #include "td_jinja.h"
+#include "fuzz_jinja_vars.h"
 
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char vars_json[] =
-    "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"},"
-    " {\"role\": \"user\", \"content\": \"Weather in Paris?\"},"
-    " {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"id\": \"c1\","
-    "  \"type\": \"function\", \"function\": {\"name\": \"get_weather\","
-    "  \"arguments\": {\"city\": \"Paris\", \"n\": 1.5}}}]},"
-    " {\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"{\\\"t\\\": 18}\"}],"
-    " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\","
-    "  \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}],"
-    " \"documents\": null, \"add_generation_prompt\": true, \"enable_thinking\": false,"
-    " \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}";
 
 void fuzz_seed(td_buf_t *b)
 {
@@ -48,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static json_object *vars;
     if (!vars)
-        vars = json_tokener_parse(vars_json);
+        vars = json_tokener_parse(fuzz_jinja_vars);
     if (!vars)
         abort();
     td_jinja_t *t = NULL;
@@ -58,9 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         return 0;
     }
-    td_jinja_opts_t o = {.limits = {.max_output = 1 << 16, .max_memory = 16 << 20,
-                                    .max_steps = 20000, .max_depth = 20},
-                         .now_s = 1700000000};
+    td_jinja_opts_t o = {.limits = FUZZ_JINJA_LIMITS, .now_s = 1700000000};
     td_buf_t out;
     td_buf_init(&out);
     rc = td_jinja_render(t, vars, &o, &out);
