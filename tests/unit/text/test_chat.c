@@ -537,6 +537,16 @@ START_TEST(test_load_real_configs)
         td_chat_template_free(&t);
         td_chat_template_free(&t);
     }
+    /* the packages without a template: no chat, and the load says so (TD_ENOENT) */
+    static const char *const none[] = {"claude", "gpt35turbo", "gpt4o", "gptoss", "llama2"};
+    for (size_t f = 0; f < TD_ARRAY_LEN(none); f++) {
+        char path[2048];
+        config_path(path, sizeof(path), none[f]);
+        td_chat_template_t t;
+        ck_assert_int_eq(td_chat_template_load(&t, path, NULL), TD_ENOENT);
+        ck_assert_ptr_nonnull(strstr(td_err_msg(), "chat_template.jinja"));
+        ck_assert_ptr_null(t.tpl);
+    }
 }
 END_TEST
 
