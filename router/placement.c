@@ -151,13 +151,22 @@ static double kv_load(const td_placer_t *p, const td_place_load_t *l, kind_t k)
     return k == PREFILL ? t : t + score(l, DECODE) * p->kv.seq_s;
 }
 
+/* What loading one cached token from below the pool (disk) costs this worker, in seconds. */
+static double slow_cost_per_token(const td_placer_t *p, const td_place_load_t *l)
+{
+    double compute = cost_per_token(p, l);
+    return l->slow_s_per_token > 0 ? TD_MIN(l->slow_s_per_token, compute) : 0.5 * compute;
+}
+
 /* The request's own prefill on this worker, in seconds; a `hot` worker gets no cache credit. */
 static double kv_own(const td_placer_t *p, const td_place_load_t *l, const req_t *rq, bool hot)
 {
     if (rq->k == DECODE && !l->local)
         return rq->remote_s;
     uint64_t cached = hot ? 0 : TD_MIN(l->cached_tokens, rq->tokens);
-    return (double)(rq->tokens - cached) * cost_per_token(p, l);
+    uint64_t slow = TD_MIN(l->cached_slow_tokens, cached);
+    return (double)(rq->tokens - cached) * cost_per_token(p, l) +
+           (double)slow * slow_cost_per_token(p, l);
 }
 
 static int pick_kv(td_placer_t *p, td_place_load_t *loads, size_t n, const req_t *rq, size_t n_ok)
