@@ -114,12 +114,28 @@ static void on_resynced(double seconds, void *ud)
              seconds * 1e3);
 }
 
+/* Redis connected (a read of every set follows), or lost: the mirror could no longer hear of
+ * evictions, restarts or new blocks, so it is emptied and placement goes by load alone until
+ * the read after the reconnect (which the workers' republished inventories feed) fills it. */
 static void on_state(bool up, bool need_inventory, void *ud)
 {
+    struct td_kvmirror *m = ud;
     (void)need_inventory;
-    (void)ud;
-    if (up)
+    if (up) {
         TD_LOG_I("KV index: connected; reading the index from Redis");
+        return;
+    }
+    td_kvindex_t *fresh = td_kvindex_new();
+    if (!fresh)
+        return; /* out of memory: keep the old view, stale entries cost recomputes only */
+    td_kvindex_free(m->ix);
+    m->ix = fresh;
+    for (uint32_t i = 0; i < m->n_holders; i++) {
+        m->holders[i].any = false;
+        m->holders[i].epoch = 0;
+    }
+    update_metrics(m);
+    TD_LOG_W("KV index: Redis unreachable; placing by load alone until it is back");
 }
 
 int td_kvmirror_start(td_router_t *rt)
