@@ -35,7 +35,7 @@
  * resync by reading every set (SMEMBERS + MGET) whenever their connections come (back) up;
  * messages that arrive while a read is in flight are held and delivered after it, so an event
  * newer than the set read is never lost under it. Redis is never on a request's path: while it
- * is down publishers drop their events and subscribers keep serving from their mirror; on every
+ * is down publishers drop their events and subscribers are told (on_state(false, ...)); on every
  * (re)connect a publisher is asked (on_state(true, true)) to republish its whole inventory, since
  * Redis may have restarted empty. The index is eventually consistent; a stale entry costs a
  * recompute, never a wrong answer.
