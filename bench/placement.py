@@ -7,6 +7,7 @@ Usage: bench/placement.py BUILD_DIR [--engine cpu|sim] [--workloads multiturn,pr
                           [--sessions 8 --turns 4 --mt-question-len 64 --mt-output-len 32]
                           [--groups 4 --per-group 8 --system-len 512 --question-len 64
                            --output-len 16] [--slo-ttft-ms 2000] [--slo-tpot-ms 200]
+                          [--router-arg FLAG]... [--no-oracle]
                           [--html docs/bench/placement.html] [--out DIR]
 
 For each workload of `tandem bench` (multiturn: sessions whose turns extend the conversation;
@@ -94,13 +95,14 @@ def one_run(build, model, a, workload, policy, oracle):
     worker_args = ["--log.level", "warn"] + engine
     if oracle:
         cl = C.Cluster(build, model, n_prefill=1, n_decode=1, redis=True,
-                       router_args=["--placement.policy", policy],
+                       router_args=["--placement.policy", policy] + a.router_arg,
                        worker_args=worker_args,
                        prefill_args=["--kv.memory", "%dM" % (2 * a.memory)],
                        decode_args=["--kv.memory", "%dM" % (3 * a.memory)])
     else:
         cl = C.Cluster(build, model, n_prefill=2, n_decode=3, redis=True,
-                       router_args=["--placement.policy", policy], worker_args=worker_args,
+                       router_args=["--placement.policy", policy] + a.router_arg,
+                       worker_args=worker_args,
                        prefill_args=["--kv.memory", mem], decode_args=["--kv.memory", mem])
     name = "oracle" if oracle else policy
     try:
@@ -204,6 +206,9 @@ def main():
     ap.add_argument("--output-len", type=int, default=16)
     ap.add_argument("--slo-ttft-ms", type=float, default=2000)
     ap.add_argument("--slo-tpot-ms", type=float, default=200)
+    ap.add_argument("--router-arg", action="append", default=[],
+                    help="one more router flag for every cluster (repeat it)")
+    ap.add_argument("--no-oracle", action="store_true", help="skip the oracle runs")
     ap.add_argument("--html", default=None)
     ap.add_argument("--out", default="bench-placement-out")
     a = ap.parse_args()
@@ -218,12 +223,16 @@ def main():
     print("# " + header, flush=True)
     rows = []
     for wl in a.workloads.split(","):
-        rows.append(one_run(build, model, a, wl, "kv_aware", oracle=True))
+        if not a.no_oracle:
+            rows.append(one_run(build, model, a, wl, "kv_aware", oracle=True))
         for pol in a.policies.split(","):
             rows.append(one_run(build, model, a, wl, pol, oracle=False))
     ok = True
     for wl in a.workloads.split(","):
-        orc = [r for r in rows if r["workload"] == wl and r["policy"] == "oracle"][0]
+        orcs = [r for r in rows if r["workload"] == wl and r["policy"] == "oracle"]
+        if not orcs:
+            continue
+        orc = orcs[0]
         for r in rows:
             if r["workload"] != wl or r["policy"] == "oracle":
                 continue
