@@ -74,6 +74,8 @@ static void on_accept(td_router_t *rt, td_worker_t *w, const Tandem__DecodeAccep
     t.n_dst_blocks = a->n_blocks;
     t.dst_blocks = a->blocks;
     t.decode_request_id = a->worker_request_id;
+    Tandem__FetchHint fh;
+    t.fetch = td_fetchhint_fill(rt, s, p, &fh) ? &fh : NULL;
     Tandem__Frame f = TANDEM__FRAME__INIT;
     f.body_case = TANDEM__FRAME__BODY_PREFILL_TASK;
     f.prefill_task = &t;

@@ -74,6 +74,7 @@ typedef struct td_wk_cfg {
     double kv_wait_s;    /* decode: how long reserved blocks wait for a prefill worker's push */
     char *kv_redis;      /* "host:port" of the cluster KV index's Redis; empty: not published */
     double kv_redis_lease_s; /* the worker's index entries expire this long after its last beat */
+    double fetch_timeout_s;  /* a fetch from another worker not answered by then is computed */
     int64_t threads;     /* compute threads; 0: every core */
     int64_t max_batch_tokens;
     int64_t prefill_chunk;
@@ -140,7 +141,8 @@ typedef enum td_wk_state {
     TD_WK_WAIT_KV,
     TD_WK_RUN,
     TD_WK_PUSHING,
-    TD_WK_LOADING, /* prompt blocks are being read from the disk tier into the pool */
+    TD_WK_LOADING, /* prompt blocks are being read from the disk tier into the pool, or fetched
+                      from another worker (fetch.c) */
 } td_wk_state_t;
 
 struct td_wk_seq {
@@ -166,7 +168,9 @@ struct td_wk_seq {
     int cached_tokens; /* prompt tokens taken from a cache instead of computed (usage) */
     int loads_out;     /* disk loads into kv.blocks not completed (they own those blocks' bytes) */
     int load_from, load_to; /* LOADING: kv.blocks[load_from, load_to) are being loaded */
-    int load_bad;      /* the first of them whose load failed (load_to when none) */
+    int load_bad;      /* the first block whose load or fetch failed (the end when none) */
+    int fetch_from, fetch_to; /* LOADING: kv.blocks[fetch_from, fetch_to) are being fetched
+                                 from another worker, right after the disk's (0, 0: none) */
     double t_load0;
     int logprobs; /* -1: none; else top alternatives per token */
     td_sampler_t smp;
@@ -222,8 +226,14 @@ typedef struct td_wk_metrics {
     td_metric_t *running, *waiting, *kv_usage, *prompt, *gen, *step, *xfer_bytes, *xfer_s,
         *tail_s, *recv_bytes, *req_ok, *req_fail, *preempt, *cache_queries, *cache_hits,
         *cached_blocks, *evictions, *disk_queries, *disk_hits, *disk_files, *disk_bytes,
-        *disk_enabled, *disk_corrupt, *disk_errors, *disk_evictions;
+        *disk_enabled, *disk_corrupt, *disk_errors, *disk_evictions, *computed;
+    /* cross-worker fetch (fetch.c) */
+    td_metric_t *fetch_blocks, *fetch_bytes, *fetch_served, *fetch_bw;
+    td_metric_t *fetch_fail[6]; /* by reason: td_wk_fetch_reasons */
 } td_wk_metrics_t;
+
+/* The reasons a fetch from another worker fails (fetch_fail's `reason` label). */
+extern const char *const td_wk_fetch_reasons[6];
 
 struct td_worker {
     const td_worker_role_t *role;
@@ -244,6 +254,7 @@ struct td_worker {
     td_kvdisk_t *disk; /* tier 2, or NULL */
     double load_s_per_block;    /* measured: seconds to load one block from disk (0: unmeasured) */
     double prefill_s_per_token; /* measured: seconds of prefill compute per token (0: unmeasured) */
+    double fetch_bytes_per_s;   /* measured: payload bytes per second of fetches (0: unmeasured) */
     struct td_kvredis *index; /* the cluster KV index publisher (index.c), NULL when off */
     td_http_server_t *http;
     td_wk_metrics_t m;
@@ -317,12 +328,26 @@ void td_wk_cache_publish(td_worker_t *w, td_wk_seq_t *s);
  * are in (then it is PREFILL again and the scheduler runs). Returns the tokens taken so far;
  * s->cached_tokens counts every cached token once loads complete. */
 void td_wk_cache_admit(td_worker_t *w, td_wk_seq_t *s, int limit);
+/* Every disk load and fetch of s (in LOADING) is in: keep the verified prefix (up to the first
+ * block that failed), publish it, and let s prefill the rest (PREFILL again). */
+void td_wk_cache_loaded(td_worker_t *w, td_wk_seq_t *s);
 /* Open the disk tier when configured. 0 or TD_E*. */
 int td_wk_disk_open(td_worker_t *w);
 /* Close it (callbacks of work in flight run first); `done` runs on the loop once it is closed. */
 void td_wk_disk_close(td_worker_t *w, void (*done)(void *arg), void *arg);
 /* A prefill-only step of `tokens` prompt tokens took `seconds` (the compute cost model). */
 void td_wk_cache_measure_prefill(td_worker_t *w, int tokens, double seconds);
+
+/* ---- fetch.c: cross-worker fetch of cached blocks (docs/dataplane.md, Fetch) -------------- */
+
+/* After td_wk_cache_admit: when `hint` names a worker holding more of s's leading blocks than
+ * this one took from its own tiers, fetch the rest of that run from it over the data plane (s
+ * waits in LOADING; checksummed; a failure, a partial answer or kv.fetch_timeout_s without one
+ * leaves those blocks to be computed). NULL hint: nothing. */
+void td_wk_fetch_start(td_worker_t *w, td_wk_seq_t *s, const Tandem__FetchHint *hint);
+/* The data plane's on_fetch: serve another worker's fetch from the pool's prefix cache and the
+ * disk tier (a leading run of the keys asked; the blocks stay referenced until the push ends). */
+void td_wk_fetch_serve(td_kvx_t *kvx, const td_kvx_fetch_req_t *req, void *arg);
 
 /* ---- index.c: the cluster KV index (td_kvredis.h) ------------------------------------------- */
 

@@ -101,11 +101,13 @@ class Router(Proc):
                 "--cluster.heartbeat_timeout_s", "1", "--log.level", "debug"] + list(opts)
         super().__init__(args, name)
         line = self.wait_line(r"^tandem-router: http=", 60)
-        m = re.match(r"tandem-router: http=(\S+):(\d+) rpc=(\S+) cluster=(\S+)$", line)
+        m = re.match(r"tandem-router: http=(\S+):(\d+) rpc=(\S+) cluster=(\S+)"
+                     r"(?: admin=\S+:(\d+))?$", line)
         check(m, "start line format: %r" % line)
         self.port = int(m.group(2))
         self.rpc = m.group(3)
         self.cluster = m.group(4)
+        self.admin_port = int(m.group(5)) if m.group(5) else None
 
     def worker(self, name, role="decode", *opts):
         w = Proc([FAKE, "--role", role, "--addr", self.cluster, "--secret", SECRET, "--id", name,

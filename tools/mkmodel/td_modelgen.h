@@ -30,6 +30,8 @@ typedef enum td_modelgen_arch {
 typedef enum td_modelgen_preset {
     TD_MODELGEN_TINY = 0, /* hidden 64, 2-3 layers: unit and integration tests */
     TD_MODELGEN_BENCH,    /* about 100M parameters (vocabulary 32000 without a tokenizer) */
+    TD_MODELGEN_LLAMA8B,  /* llama only: the shapes of Llama 3.1 8B (the GPU benchmarks) */
+    TD_MODELGEN_DSV2LITE, /* deepseek_v2 only: the shapes of DeepSeek-V2-Lite (16B, MoE) */
 } td_modelgen_preset_t;
 
 typedef enum td_modelgen_dtype {
@@ -51,6 +53,7 @@ typedef struct td_modelgen_opts {
     bool gguf;                 /* also write model.gguf (llama, deepseek_v2/v3) */
     td_modelgen_dtype_t gguf_dtype; /* F32, F16 or Q8_0 for matrices (vectors stay F32) */
     const char *out_dir;            /* created if missing (its parent must exist) */
+    int layers;                     /* > 0: this many layers instead of the preset's */
     int context;                    /* > 0: max_position_embeddings (llama, qwen3; DeepSeek: the
                                        YaRN factor is scaled to reach it); 0: the preset's */
 } td_modelgen_opts_t;
