@@ -76,7 +76,7 @@ def main():
             cl.ctl("drain", "p1")
             t_comp = ttft(cl, prompt)
             end = time.monotonic() + 10
-            while cl.redis.cmd("HLEN", "tandem:kv:holders:p0") < blocks * (r + 1) and \
+            while len(cl.redis.kv_set("p0") or {}) < blocks * (r + 1) and \
                     time.monotonic() < end:
                 time.sleep(0.05)
             time.sleep(0.3)  # the router's mirror follows Redis

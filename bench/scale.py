@@ -14,6 +14,15 @@ gives the spread of work: prompt tokens per prefill worker, generated tokens per
 (min, max, coefficient of variation), and the KV bytes moved.
 
 Extra arguments are passed to every worker (e.g. the sim.* flags bench/calibrate_sim.py prints).
+
+With --redis the cluster KV index is on (a private redis-server, --kv.redis on every daemon) and,
+with --dataset prefix, `tandem bench` sends the shared-system-prompt workload (--prefix-groups
+groups of --prefix-per-group prompts, a --prefix-system-len system prompt each) instead of
+random prompts. The run then also reports the index at this scale: its size (the router's
+tandem_kv_index_blocks and tandem_kv_index_bytes, and Redis's used_memory per block), the
+router's CPU per request placed (utime + stime from /proc over the bench, divided by the
+requests: all of the router's work, placement included), and the Redis commands per second
+(total_commands_processed over the bench's duration).
 """
 import argparse
 import json
@@ -35,6 +44,32 @@ def spread(values):
             "max_over_mean": max(values) / mean if mean else 0.0}
 
 
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def router_cpu(cl):
+    """The router's user + system CPU seconds so far."""
+    f = open("/proc/%d/stat" % cl.router.proc.pid).read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def redis_field(cl, section, key):
+    if not cl.redis:
+        return 0
+    for line in cl.redis.cmd("INFO", section).decode().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split(":")[1])
+    return 0
+
+
+def redis_ops(cl):
+    return redis_field(cl, "stats", "total_commands_processed")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -45,6 +80,11 @@ def main():
     ap.add_argument("--policy", default="least_loaded")
     ap.add_argument("--out", default="bench-scale-out")
     ap.add_argument("--tls", default="sm,self")
+    ap.add_argument("--redis", action="store_true")
+    ap.add_argument("--dataset", choices=("random", "prefix"), default="random")
+    ap.add_argument("--prefix-groups", type=int, default=16)
+    ap.add_argument("--prefix-per-group", type=int, default=32)
+    ap.add_argument("--prefix-system-len", type=int, default=1024)
     a, sim = ap.parse_known_args()
     build = os.path.abspath(a.build)
     os.makedirs(a.out, exist_ok=True)
@@ -62,7 +102,8 @@ def main():
                                 "--admission.max_waiting", "100000",
                                 "--cluster.heartbeat_timeout_s", "5"],
                    worker_args=["--engine.kind", "sim", "--kv.memory", "24M",
-                                "--engine.max_running", "512", "--log.level", "warn"] + sim)
+                                "--engine.max_running", "512", "--log.level", "warn"] + sim,
+                   redis=a.redis)
     try:
         # start every worker at once, then wait for all of them
         pending = []
@@ -84,10 +125,17 @@ def main():
               (a.prefill, a.decode, time.monotonic() - t0), flush=True)
         base = cl.http
         res = os.path.join(os.path.abspath(a.out), "scale.json")
+        if a.dataset == "prefix":
+            wl = ["--dataset-name", "prefix", "--prefix-groups", str(a.prefix_groups),
+                  "--prefix-prompts-per-group", str(a.prefix_per_group), "--prefix-system-len",
+                  str(a.prefix_system_len), "--prefix-question-len", "64"]
+        else:
+            wl = ["--dataset-name", "random", "--random-input-len", "512",
+                  "--random-range-ratio", "0.5"]
+        cpu0, ops0, tb0 = router_cpu(cl), redis_ops(cl), time.monotonic()
         argv = [os.path.join(build, "tools", "tandem"), "bench", "--base-url", base,
-                "--model", os.path.basename(model), "--tokenizer", model,
-                "--dataset-name", "random", "--random-input-len", "512",
-                "--random-range-ratio", "0.5", "--random-output-len", "64", "--ignore-eos",
+                "--model", os.path.basename(model), "--tokenizer", model] + wl + [
+                "--random-output-len", "64", "--ignore-eos",
                 "--request-rate", a.rates, "--num-prompts", str(a.num_prompts),
                 "--num-warmups", "8", "--seed", "1", "--goodput", "ttft:2000", "tpot:100",
                 "--result-file", res, "--html", os.path.join(os.path.abspath(a.out),
@@ -113,6 +161,30 @@ def main():
             print("  %-24s min %10.0f  max %10.0f  mean %10.1f  cv %.3f  max/mean %.3f" %
                   (k, s["min"], s["max"], s["mean"], s["cv"], s["max_over_mean"]))
         print("  KV pushed by the prefill workers: %.1f MiB" % (moved / 2**20))
+        if a.redis:
+            secs = time.monotonic() - tb0
+            placed = sum(w["assigned"] for w in cl.status().values() if w["role"] == "decode")
+            text = cl.metrics_text()
+            ix = {k: metric(text, "tandem_kv_index_" + k) for k in ("blocks", "bytes")}
+            used = redis_field(cl, "memory", "used_memory")
+            out["index"] = {
+                "blocks": ix["blocks"], "router_bytes": ix["bytes"],
+                "router_bytes_per_block": ix["bytes"] / ix["blocks"] if ix["blocks"] else 0,
+                "redis_used_memory": used,
+                "redis_bytes_per_block": used / ix["blocks"] if ix["blocks"] else 0,
+                "requests_placed": placed,
+                "router_cpu_ms_per_request": (router_cpu(cl) - cpu0) * 1e3 / max(placed, 1),
+                "redis_ops_per_s": (redis_ops(cl) - ops0) / secs, "seconds": secs,
+                "load_after": " ".join(open("/proc/loadavg").read().split()[:3])}
+            x = out["index"]
+            print("cluster KV index (Redis) at this scale:")
+            print("  %d blocks mirrored; router %.1f bytes/block (%.1f MiB); Redis used_memory "
+                  "%.1f bytes/block (all of it: index plus Redis's own)" %
+                  (x["blocks"], x["router_bytes_per_block"], x["router_bytes"] / 2**20,
+                   x["redis_bytes_per_block"]))
+            print("  router CPU %.2f ms per request placed (%d requests; all of its work)" %
+                  (x["router_cpu_ms_per_request"], placed))
+            print("  Redis %.0f commands/s over %.0f s of bench" % (x["redis_ops_per_s"], secs))
         with open(os.path.join(a.out, "spread.json"), "w") as f:
             json.dump(out, f, indent=1)
         cl.stop()

@@ -33,10 +33,21 @@ void td_kvindex_remove_worker(td_kvindex_t *ix, uint32_t worker);
  * <= max_tier). */
 size_t td_kvindex_prefix(const td_kvindex_t *ix, const td_kvhash_t *hashes, size_t n,
                          uint32_t worker, uint8_t max_tier);
+/* td_kvindex_prefix, also counting in *slow (when non-NULL) how many of the prefix's blocks the
+ * worker holds below the pool (host or disk: they cost a load, not a recompute). */
+size_t td_kvindex_prefix_tiers(const td_kvindex_t *ix, const td_kvhash_t *hashes, size_t n,
+                               uint32_t worker, uint8_t max_tier, size_t *slow);
 /* The tier a worker holds a block in, or -1. */
 int td_kvindex_tier(const td_kvindex_t *ix, const td_kvhash_t *h, uint32_t worker);
 
+/* Start loading the slot of `h` into the cache (a batch of adds calls it a few blocks ahead:
+ * the table is larger than the cache, and every insert would otherwise wait on memory). */
+void td_kvindex_prefetch(const td_kvindex_t *ix, const td_kvhash_t *h);
 /* Blocks with at least one holder. */
 size_t td_kvindex_blocks(const td_kvindex_t *ix);
+/* Make room for `blocks` blocks without rehashing (a rebuild knows its size). 0 or TD_ENOMEM. */
+int td_kvindex_reserve(td_kvindex_t *ix, size_t blocks);
+/* Memory the index uses, in bytes (its table and holder arrays). */
+size_t td_kvindex_bytes(const td_kvindex_t *ix);
 
 #endif

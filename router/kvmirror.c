@@ -31,7 +31,16 @@ struct td_kvmirror {
     td_kvindex_t *ix;
     holder_t *holders; /* [n_holders], numbered by position */
     uint32_t n_holders, cap_holders;
+    td_metric_t *m_blocks, *m_bytes, *m_rebuild; /* NULL without a registry */
 };
+
+static void update_metrics(struct td_kvmirror *m)
+{
+    if (m->m_blocks)
+        td_metric_set(m->m_blocks, (double)td_kvindex_blocks(m->ix));
+    if (m->m_bytes)
+        td_metric_set(m->m_bytes, (double)td_kvindex_bytes(m->ix));
+}
 
 /* The holder number of worker `id`, a new one when unknown. UINT32_MAX when out of memory. */
 static uint32_t holder_of(struct td_kvmirror *m, const char *id)
@@ -59,13 +68,17 @@ static void forget(struct td_kvmirror *m, uint32_t k)
     if (m->holders[k].any)
         td_kvindex_remove_worker(m->ix, k);
     m->holders[k].any = false;
+    update_metrics(m);
 }
 
 static void on_events(const td_kvredis_event_t *ev, size_t n, void *ud)
 {
     struct td_kvmirror *m = ud;
     uint32_t k = UINT32_MAX;
+    enum { AHEAD = 8 };
     for (size_t i = 0; i < n; i++) {
+        if (i + AHEAD < n)
+            td_kvindex_prefetch(m->ix, &ev[i + AHEAD].hash);
         if (k == UINT32_MAX || strcmp(m->holders[k].id, ev[i].worker) != 0)
             k = holder_of(m, ev[i].worker);
         if (k == UINT32_MAX)
@@ -73,6 +86,8 @@ static void on_events(const td_kvredis_event_t *ev, size_t n, void *ud)
         holder_t *h = &m->holders[k];
         if (ev[i].op == TD_KVREDIS_RESET) {
             forget(m, k);
+            if (ev[i].size_hint)
+                td_kvindex_reserve(m->ix, td_kvindex_blocks(m->ix) + ev[i].size_hint);
             h->epoch = ev[i].epoch; /* a new set: that of this epoch */
             continue;
         }
@@ -87,14 +102,40 @@ static void on_events(const td_kvredis_event_t *ev, size_t n, void *ud)
             td_kvindex_remove(m->ix, &ev[i].hash, k);
         }
     }
+    update_metrics(m);
 }
 
+static void on_resynced(double seconds, void *ud)
+{
+    struct td_kvmirror *m = ud;
+    if (m->m_rebuild)
+        td_metric_set(m->m_rebuild, seconds);
+    TD_LOG_I("KV index: read from Redis: %zu blocks in %.1f ms", td_kvindex_blocks(m->ix),
+             seconds * 1e3);
+}
+
+/* Redis connected (a read of every set follows), or lost: the mirror could no longer hear of
+ * evictions, restarts or new blocks, so it is emptied and placement goes by load alone until
+ * the read after the reconnect (which the workers' republished inventories feed) fills it. */
 static void on_state(bool up, bool need_inventory, void *ud)
 {
+    struct td_kvmirror *m = ud;
     (void)need_inventory;
-    (void)ud;
-    if (up)
+    if (up) {
         TD_LOG_I("KV index: connected; reading the index from Redis");
+        return;
+    }
+    td_kvindex_t *fresh = td_kvindex_new();
+    if (!fresh)
+        return; /* out of memory: keep the old view, stale entries cost recomputes only */
+    td_kvindex_free(m->ix);
+    m->ix = fresh;
+    for (uint32_t i = 0; i < m->n_holders; i++) {
+        m->holders[i].any = false;
+        m->holders[i].epoch = 0;
+    }
+    update_metrics(m);
+    TD_LOG_W("KV index: Redis unreachable; placing by load alone until it is back");
 }
 
 int td_kvmirror_start(td_router_t *rt)
@@ -112,7 +153,19 @@ int td_kvmirror_start(td_router_t *rt)
                            .subscribe = true,
                            .on_events = on_events,
                            .on_state = on_state,
+                           .on_resynced = on_resynced,
                            .ud = m};
+    if (rt->metrics) {
+        m->m_blocks = td_metrics_gauge(rt->metrics, "kv_index_blocks",
+                                       "Blocks in this router's mirror of the cluster KV index.",
+                                       NULL);
+        m->m_bytes = td_metrics_gauge(rt->metrics, "kv_index_bytes",
+                                      "Memory of this router's KV index mirror, bytes.", NULL);
+        m->m_rebuild = td_metrics_gauge(rt->metrics, "kv_index_rebuild_seconds",
+                                        "How long the last full read of the KV index from Redis "
+                                        "took.",
+                                        NULL);
+    }
     if (!(m->r = td_kvredis_new(rt->loop, &o))) {
         int rc = td_err_set(TD_EINVAL, "kv.redis: %s", td_err_msg());
         td_kvindex_free(m->ix);
@@ -179,16 +232,27 @@ static int prompt_hashes(td_seq_t *s, const uint8_t fp[16], uint32_t bt)
     return 0;
 }
 
-uint64_t td_kvmirror_cached(td_router_t *rt, td_seq_t *s, const td_worker_t *w)
+uint64_t td_kvmirror_cached_tiers(td_router_t *rt, td_seq_t *s, const td_worker_t *w,
+                                  uint64_t *slow_tokens)
 {
     struct td_kvmirror *m = rt->kvm;
+    size_t slow = 0;
+    if (slow_tokens)
+        *slow_tokens = 0;
     if (!m || w->holder >= m->n_holders || !m->holders[w->holder].any || w->fp_len != 16 ||
         !w->block_tokens || td_kvindex_blocks(m->ix) == 0)
         return 0;
     if (prompt_hashes(s, w->fp, w->block_tokens))
         return 0;
-    return (uint64_t)td_kvindex_prefix(m->ix, s->kvh, s->n_kvh, w->holder, UINT8_MAX) *
-           w->block_tokens;
+    size_t n = td_kvindex_prefix_tiers(m->ix, s->kvh, s->n_kvh, w->holder, UINT8_MAX, &slow);
+    if (slow_tokens)
+        *slow_tokens = (uint64_t)slow * w->block_tokens;
+    return (uint64_t)n * w->block_tokens;
+}
+
+uint64_t td_kvmirror_cached(td_router_t *rt, td_seq_t *s, const td_worker_t *w)
+{
+    return td_kvmirror_cached_tiers(rt, s, w, NULL);
 }
 
 size_t td_kvmirror_blocks(const td_router_t *rt)

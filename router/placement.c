@@ -151,25 +151,46 @@ static double kv_load(const td_placer_t *p, const td_place_load_t *l, kind_t k)
     return k == PREFILL ? t : t + score(l, DECODE) * p->kv.seq_s;
 }
 
+/* What loading one cached token from below the pool (disk) costs this worker, in seconds. */
+static double slow_cost_per_token(const td_placer_t *p, const td_place_load_t *l)
+{
+    double compute = cost_per_token(p, l);
+    return l->slow_s_per_token > 0 ? TD_MIN(l->slow_s_per_token, compute) : 0.5 * compute;
+}
+
 /* The request's own prefill on this worker, in seconds; a `hot` worker gets no cache credit. */
 static double kv_own(const td_placer_t *p, const td_place_load_t *l, const req_t *rq, bool hot)
 {
     if (rq->k == DECODE && !l->local)
         return rq->remote_s;
     uint64_t cached = hot ? 0 : TD_MIN(l->cached_tokens, rq->tokens);
-    return (double)(rq->tokens - cached) * cost_per_token(p, l);
+    uint64_t slow = TD_MIN(l->cached_slow_tokens, cached);
+    return (double)(rq->tokens - cached) * cost_per_token(p, l) +
+           (double)slow * slow_cost_per_token(p, l);
+}
+
+/* Sequences a decode worker runs or was just given. */
+static uint64_t seqs_of(const td_place_load_t *l)
+{
+    return (uint64_t)l->running + l->pending_seqs;
 }
 
 static int pick_kv(td_placer_t *p, td_place_load_t *loads, size_t n, const req_t *rq, size_t n_ok)
 {
     kind_t k = rq->k;
     double mean = 0;
+    uint64_t seqs = 0;
     for (size_t i = 0; i < n; i++)
-        if (eligible(p, &loads[i], k, rq->need))
+        if (eligible(p, &loads[i], k, rq->need)) {
             mean += kv_load(p, &loads[i], k);
+            seqs += seqs_of(&loads[i]);
+        }
     mean /= (double)n_ok;
     double bar = p->kv.imbalance * mean + p->kv.seq_s;
+    /* decode: the share of sequences a worker would have with this one */
+    double seq_bar = TD_MAX(p->kv.imbalance * (double)(seqs + 1) / (double)n_ok, 2.0);
     int best = -1;
+    bool best_crowded = false;
     double best_s = 0;
     /* the scan rotates as least_loaded's does, so equal predictions take turns */
     for (size_t step = 0; step < n; step++) {
@@ -177,10 +198,12 @@ static int pick_kv(td_placer_t *p, td_place_load_t *loads, size_t n, const req_t
         if (!eligible(p, &loads[i], k, rq->need))
             continue;
         double load = kv_load(p, &loads[i], k);
-        double t = load + kv_own(p, &loads[i], rq, load > bar);
-        if (best < 0 || t < best_s) {
+        bool crowded = k == DECODE && (double)(seqs_of(&loads[i]) + 1) > seq_bar;
+        double t = load + kv_own(p, &loads[i], rq, crowded || load > bar);
+        if (best < 0 || (best_crowded && !crowded) || (crowded == best_crowded && t < best_s)) {
             best = (int)i;
             best_s = t;
+            best_crowded = crowded;
         }
     }
     p->rr_next[k] = (uint64_t)best + 1;

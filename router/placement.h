@@ -19,7 +19,16 @@
  * caller's estimate of the remote prefill. The guard: a worker whose load exceeds imbalance x
  * the candidates' mean load (plus one seq_s of slack, so a single request in flight does not
  * count as imbalance) is scored as if it held nothing, so a hot prefix cannot pile everything
- * onto its holder. Without an index every cached count is 0 and the order is least_loaded's.
+ * onto its holder. A decode worker is also guarded by its sequences (running plus just placed):
+ * one that would pass imbalance x the candidates' mean with this request (and run more than 2)
+ * is crowded: it gets no cache credit and is chosen only when every candidate is crowded. The
+ * time estimate alone would not bound them, since a holder's cached requests look cheap to it
+ * while each still takes a batch slot and KV; with the guard no decode worker runs more than
+ * imbalance x the mean of them (bench: the hotprefix cluster scenario).
+ * Without an index every cached count is 0 and the order is least_loaded's.
+ * Cached tokens the worker holds only on disk cost their load: its measured seconds per token
+ * loaded, at most its prefill cost (a worker loads only what is cheaper than computing), and
+ * half the prefill cost until measured; a pool hit costs nothing.
  */
 #ifndef TD_ROUTER_PLACEMENT_H
 #define TD_ROUTER_PLACEMENT_H
@@ -54,7 +63,9 @@ typedef struct td_place_load {
     uint32_t pending_blocks;        /* KV blocks those sequences will need */
     /* kv_aware only; the caller fills these for each request */
     uint64_t cached_tokens; /* prompt tokens of this request the worker holds (cluster index) */
+    uint64_t cached_slow_tokens; /* of those, the ones below its pool (disk): loaded, not free */
     double s_per_token;     /* the worker's measured prefill seconds per token (0: the default) */
+    double slow_s_per_token; /* its measured seconds to load such a token (0: unmeasured) */
     bool local;             /* decode: the worker would prefill this request itself */
 } td_place_load_t;
 

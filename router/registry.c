@@ -252,6 +252,7 @@ static void on_heartbeat(td_router_t *rt, td_worker_t *w, const Tandem__Heartbea
         c->cached_blocks = t->cached_blocks;
         c->queries = t->queries;
         c->hits = t->hits;
+        c->load_s_per_token = t->load_s_per_token;
     }
     if (w->m_kv && l->total_blocks)
         td_metric_set(w->m_kv, 1.0 - (double)l->free_blocks / l->total_blocks);

@@ -117,6 +117,18 @@ static bool local_on(const td_router_t *rt, const td_seq_t *s, const td_worker_t
            (cached > 0 && (double)cached >= rt->cfg.local_cached_share * (double)s->n_prompt);
 }
 
+/* kv_aware: what w holds of s by the cluster index, and what its slower tiers cost it (its last
+ * heartbeat's measured disk load cost). */
+static void kv_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *w, td_place_load_t *l)
+{
+    l->cached_tokens = td_kvmirror_cached_tiers(rt, s, w, &l->cached_slow_tokens);
+    l->s_per_token = w->s_per_token;
+    l->slow_s_per_token = 0;
+    for (size_t i = 0; i < w->n_hb_cache; i++)
+        if (strcmp(w->hb_cache[i].name, "disk") == 0)
+            l->slow_s_per_token = w->hb_cache[i].load_s_per_token;
+}
+
 /* kv_aware: the predicted time to first token of s on the best live prefill worker (what a decode
  * worker that does not prefill s itself waits for). */
 static double remote_prefill_s(td_router_t *rt, td_seq_t *s)
@@ -127,8 +139,7 @@ static double remote_prefill_s(td_router_t *rt, td_seq_t *s)
         if (w->role != TANDEM__ROLE__ROLE_PREFILL || !live(w))
             continue;
         td_place_load_t l = w->load;
-        l.cached_tokens = td_kvmirror_cached(rt, s, w);
-        l.s_per_token = w->s_per_token;
+        kv_fill(rt, s, w, &l);
         double t = td_place_prefill_ttft(&rt->placer, &l, s->n_prompt);
         if (best < 0 || t < best)
             best = t;
@@ -157,8 +168,7 @@ td_worker_t *td__reqs_choose(td_router_t *rt, int role, td_seq_t *s, const td_wo
         cand[n] = w;
         loads[n] = w->load;
         if (kv) {
-            loads[n].cached_tokens = td_kvmirror_cached(rt, s, w);
-            loads[n].s_per_token = w->s_per_token;
+            kv_fill(rt, s, w, &loads[n]);
             if (role == TANDEM__ROLE__ROLE_DECODE)
                 loads[n].local = local_on(rt, s, w, loads[n].cached_tokens);
         }

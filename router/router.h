@@ -98,6 +98,7 @@ typedef struct td_worker_tier {
     char name[16];          /* "pool", "disk" */
     uint64_t cached_blocks; /* blocks held */
     uint64_t queries, hits; /* prompt tokens looked up / found since the worker started */
+    double load_s_per_token; /* the worker's measured cost of loading a token (0: unmeasured) */
 } td_worker_tier_t;
 
 #define TD_WORKER_MAX_TIERS 4 /* tiers kept per worker; a heartbeat's further ones are ignored */
@@ -374,6 +375,10 @@ void td_kvmirror_worker_up(td_router_t *rt, td_worker_t *w);
 void td_kvmirror_worker_gone(td_router_t *rt, td_worker_t *w);
 /* Prompt tokens of s that worker w holds in its prefix cache, by the mirror (0 when off). */
 uint64_t td_kvmirror_cached(td_router_t *rt, td_seq_t *s, const td_worker_t *w);
+/* td_kvmirror_cached, also giving in *slow_tokens how many of those tokens w holds below its
+ * pool (on disk: a load, not a recompute, but not free either). */
+uint64_t td_kvmirror_cached_tiers(td_router_t *rt, td_seq_t *s, const td_worker_t *w,
+                                  uint64_t *slow_tokens);
 /* Blocks in the mirror, and resyncs completed (status, tests). */
 size_t td_kvmirror_blocks(const td_router_t *rt);
 

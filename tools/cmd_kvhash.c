@@ -20,7 +20,7 @@ static void kvhash_usage(FILE *out)
         "                     [--tenant SALT | --tenant-hex HEX] --ids ID,ID,...\n\n"
         "Print the block hashes (hash version %d, docs/kv-cache.md) of a prompt's token ids:\n"
         "the keys under which workers cache its KV blocks (pool, host and disk tiers) and\n"
-        "publish them to the cluster index (Redis <ns>:holders:<worker>). An operator can\n"
+        "publish them to the cluster index (Redis <ns>:set:<worker>). An operator can\n"
         "check whether a prompt's prefix is cached, or find a disk-tier block file:\n"
         "<dir>/<fingerprint>/<first 2 hex of the hash>/<hash>.\n\n"
         "  --fingerprint HEX  the layout fingerprint (32 hex digits), as workers log it\n"

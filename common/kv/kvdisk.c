@@ -181,6 +181,7 @@ static void tier_off(td_kvdisk_t *d, const char *msg)
     if (!d->st.enabled)
         return;
     d->st.enabled = false;
+    td__kvdisk_changed(d, NULL, false);
     TD_LOG_W("%s; disk tier off (serving goes on without it)", msg);
 }
 
@@ -265,6 +266,7 @@ static int make_room(td_kvdisk_t *d, uint64_t need)
         }
         td__kvdisk_lru_unlink(victim);
         victim->state = E_DELETING;
+        td__kvdisk_changed(d, &victim->h, false);
         d->st.files--;
         d->st.bytes -= victim->bytes;
         d->st.evictions++;
@@ -285,6 +287,8 @@ static void after_work(uv_work_t *req, int uv_status)
     case OP_STORE:
         if (status == 0) {
             td__kvdisk_entry_ready(d, e);
+            if (!d->closing)
+                td__kvdisk_changed(d, &e->h, true);
         } else {
             td__kvdisk_entry_remove(d, e);
             if (status != TD_ECANCELED)
@@ -297,6 +301,8 @@ static void after_work(uv_work_t *req, int uv_status)
             d->st.hits++;
         } else if (status != TD_ECANCELED) {
             d->st.misses++;
+            if (!e->dead && d->st.enabled)
+                td__kvdisk_changed(d, &e->h, false);
             e->dead = true;
             if (op->sys_err) {
                 tier_off(d, op->msg);
@@ -429,6 +435,12 @@ size_t td_kvdisk_list(const td_kvdisk_t *d, td_kvhash_t *out, size_t max)
         n++;
     }
     return n;
+}
+
+void td_kvdisk_set_listener(td_kvdisk_t *d, td_kvdisk_change_cb cb, void *ud)
+{
+    d->on_change = cb;
+    d->on_change_ud = ud;
 }
 
 void td_kvdisk_close(td_kvdisk_t *d, td_kvdisk_closed_cb closed_cb, void *arg)

@@ -58,7 +58,16 @@ struct td_kvdisk {
     op_t *close_op; /* allocated at open, so close cannot fail */
     td_kvdisk_closed_cb closed_cb;
     void *closed_arg;
+    td_kvdisk_change_cb on_change; /* td_kvdisk_set_listener */
+    void *on_change_ud;
 };
+
+/* Tell the listener (if any) that `h` became readable or stopped being (NULL: all of them). */
+static inline void td__kvdisk_changed(const td_kvdisk_t *d, const td_kvhash_t *h, bool added)
+{
+    if (d->on_change)
+        d->on_change(d->on_change_ud, h, added);
+}
 
 /* The index (kvdisk_index.c). find: the entry of `h` or NULL. entry_add: a new entry for an
  * absent `h`, outside the LRU list, or NULL (TD_ENOMEM in td_err_msg). entry_ready: WRITING ->

@@ -18,8 +18,22 @@
 /* hiredis' libuv adapter (0.14) drops a poll error, so a refused connect is never reported:
  * an attempt that has not connected by then is abandoned and retried */
 #define CONNECT_TIMEOUT_MS 1000u
-#define REC 18u /* op, tier, hash */
-#define EPOCH_FIELD "epoch"
+#define REC TD_KVREDIS_REC
+#define HDR TD_KVREDIS_SET_HEADER
+/* the set is rewritten once its appended records pass twice the live ones plus this */
+#define COMPACT_SLACK 4096u
+
+/* A batch of events: appended to the set and published, only while the set's header is ours.
+ * KEYS[1] the set; ARGV: header, records, lease ms ("0": none), channel, message prefix.
+ * Returns the set's new length, -1 when there is no set, -2 when another epoch owns it. */
+static const char APPEND_SCRIPT[] =
+    "local h = redis.call('GETRANGE', KEYS[1], 0, 15)\n"
+    "if h == '' then return -1 end\n"
+    "if h ~= ARGV[1] then return -2 end\n"
+    "local n = redis.call('APPEND', KEYS[1], ARGV[2])\n"
+    "if ARGV[3] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end\n"
+    "redis.call('PUBLISH', ARGV[4], ARGV[5] .. ARGV[2])\n"
+    "return n\n";
 
 static void put_le64(uint8_t *p, uint64_t v)
 {
@@ -33,6 +47,27 @@ static uint64_t get_le64(const uint8_t *p)
     for (int i = 0; i < 8; i++)
         v |= (uint64_t)p[i] << (8 * i);
     return v;
+}
+
+void td_kvredis_set_header(uint8_t out[TD_KVREDIS_SET_HEADER], uint64_t epoch)
+{
+    memcpy(out, TD_KVREDIS_SET_MAGIC, 8);
+    put_le64(out + 8, epoch);
+}
+
+int td_kvredis_set_parse(const uint8_t *buf, size_t len, uint64_t *epoch, size_t *n_recs)
+{
+    if (len < HDR)
+        return td_err_set(TD_EPARSE, "KV index set: %zu bytes, shorter than its %u-byte header",
+                          len, HDR);
+    if (memcmp(buf, TD_KVREDIS_SET_MAGIC, 8) != 0)
+        return td_err_set(TD_EPARSE, "KV index set: not a set (bad magic)");
+    if ((len - HDR) % REC)
+        return td_err_set(TD_EPARSE, "KV index set: %zu bytes of records, not a multiple of %u",
+                          len - HDR, REC);
+    *epoch = get_le64(buf + 8);
+    *n_recs = (len - HDR) / REC;
+    return 0;
 }
 
 typedef struct conn {
@@ -49,19 +84,27 @@ struct td_kvredis {
     td_kvredis_opts_t o;
     char *ns, *worker_id, *host;
     int port;
-    char *set_key;        /* <ns>:holders:<worker> (publishers) */
+    char *set_key;        /* <ns>:set:<worker> (publishers) */
     char *channel;        /* <ns>:events */
-    char *pattern;        /* <ns>:holders:* */
+    char *workers_key;    /* <ns>:workers */
     conn_t cmd;           /* commands: publishing, resync reads */
     conn_t sub;           /* subscription (subscribers only) */
     uv_timer_t flush;     /* publisher batch window; also runs deferred teardown */
     td_buf_t queue;       /* publisher: REC-byte records not yet sent */
+    uint8_t header[HDR];  /* publisher: its set's header (magic, epoch) */
     uint8_t epoch[8];     /* publisher: its epoch, little endian */
+    char lease_ms[24];    /* publisher: the lease as a decimal string, "0" for none */
+    uint64_t live;        /* publisher: records the set would hold compacted (an estimate) */
+    uint64_t logged;      /* publisher: records in the set, from the last append's reply */
+    bool inventory_asked; /* publisher: on_state(true, true) is pending a publish_inventory */
+    bool foreign_logged;  /* publisher: another epoch owns the set, said once */
     bool closing;
     int open_handles;
-    /* resync in progress */
+    /* subscriber: a resync in progress, and messages held while any read is in flight */
     bool resyncing;
-    int scans_pending, reads_pending;
+    int reads_pending;    /* SMEMBERS, MGET and GET replies awaited */
+    td_buf_t held;        /* [u32 length][message] of messages held during reads */
+    double t_resync;      /* td_now_s() when the resync in progress started */
     uint64_t resyncs;
 };
 
@@ -85,6 +128,7 @@ static void schedule_retry(conn_t *c)
 
 static void on_reply_checked(redisAsyncContext *ac, void *reply, void *priv)
 {
+    (void)ac;
     redisReply *r = reply;
     if (r && r->type == REDIS_REPLY_ERROR)
         td_logf(TD_LOG_WARN, NULL, "redis: %s: %s", (const char *)priv, r->str);
@@ -102,10 +146,8 @@ void td_kvredis_renew(td_kvredis_t *r)
     TD_ASSERT(r->worker_id);
     if (!r->cmd.up || !r->o.lease_ms)
         return;
-    char ms[24];
-    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)r->o.lease_ms);
-    const char *argv[] = {"PEXPIRE", r->set_key, ms};
-    size_t lens[] = {7, strlen(r->set_key), strlen(ms)};
+    const char *argv[] = {"PEXPIRE", r->set_key, r->lease_ms};
+    size_t lens[] = {7, strlen(r->set_key), strlen(r->lease_ms)};
     redisAsyncCommandArgv(r->cmd.ac, on_reply_checked, (void *)"PEXPIRE", 3, argv, lens);
 }
 
@@ -114,58 +156,71 @@ uint64_t td_kvredis_epoch(const td_kvredis_t *r)
     return get_le64(r->epoch);
 }
 
-/* Send the queued records: HSET hash->tier for adds, HDEL for removes (in order, as runs of one
- * op), then one PUBLISH of them all. */
+/* Ask the owner for its inventory (once until it publishes it). */
+static void ask_inventory(td_kvredis_t *r)
+{
+    if (r->inventory_asked || r->closing || !r->o.on_state)
+        return;
+    r->inventory_asked = true;
+    r->o.on_state(true, true, r->o.ud);
+}
+
+static void on_appended(redisAsyncContext *ac, void *reply, void *priv)
+{
+    (void)priv;
+    td_kvredis_t *r = ac->data ? ((conn_t *)ac->data)->owner : NULL;
+    redisReply *m = reply;
+    if (!r || r->closing || !m)
+        return;
+    if (m->type == REDIS_REPLY_ERROR) {
+        td_logf(TD_LOG_WARN, NULL, "redis: KV index append: %s", m->str);
+        return;
+    }
+    if (m->type != REDIS_REPLY_INTEGER)
+        return;
+    if (m->integer == -1) { /* expired (a missed lease) or lost: write it again */
+        td_logf(TD_LOG_INFO, NULL, "redis: KV index set %s is gone; publishing it again",
+                r->set_key);
+        ask_inventory(r);
+    } else if (m->integer == -2) {
+        if (!r->foreign_logged)
+            td_logf(TD_LOG_WARN, NULL,
+                    "redis: KV index set %s belongs to another process of this worker id "
+                    "(another epoch); not writing to it",
+                    r->set_key);
+        r->foreign_logged = true;
+    } else if (m->integer >= (long long)HDR) {
+        r->logged = ((uint64_t)m->integer - HDR) / REC;
+        if (r->logged > 2 * r->live + COMPACT_SLACK)
+            ask_inventory(r); /* the events outgrew the set: rewrite it compactly */
+    }
+}
+
+/* Send the queued records: one script call appends them to the set (while it is ours), renews
+ * the lease and publishes them. */
 static void flush_queue(td_kvredis_t *r)
 {
     if (!r->cmd.up || r->queue.len == 0)
         return;
     const uint8_t *q = (const uint8_t *)r->queue.data;
-    size_t n = r->queue.len / REC;
-    const char **argv = malloc((2 * n + 4) * sizeof(char *));
-    size_t *lens = malloc((2 * n + 4) * sizeof(size_t));
-    if (!argv || !lens)
-        goto out;
-    for (size_t i = 0; i < n;) {
-        uint8_t op = q[i * REC];
-        size_t j = i, argc = 2;
-        argv[0] = op == TD_KVREDIS_ADD ? "HSET" : "HDEL";
-        lens[0] = 4;
-        argv[1] = r->set_key;
-        lens[1] = strlen(r->set_key);
-        if (op == TD_KVREDIS_ADD) {
-            /* the epoch goes with every add, so the key never exists without it (and a resync
-             * that reads the key after an inventory's DEL sees the adds too, or nothing) */
-            argv[argc] = EPOCH_FIELD, lens[argc++] = strlen(EPOCH_FIELD);
-            argv[argc] = (const char *)r->epoch, lens[argc++] = sizeof(r->epoch);
-        }
-        for (; j < n && q[j * REC] == op; j++) {
-            argv[argc] = (const char *)q + j * REC + 2; /* field: the block hash */
-            lens[argc++] = 16;
-            if (op == TD_KVREDIS_ADD) {
-                argv[argc] = (const char *)q + j * REC + 1; /* value: the tier */
-                lens[argc++] = 1;
-            }
-        }
-        redisAsyncCommandArgv(r->cmd.ac, on_reply_checked, (void *)"HSET/HDEL", (int)argc, argv,
-                              lens);
-        i = j;
+    for (size_t i = 0; i < r->queue.len; i += REC) {
+        if (q[i] == TD_KVREDIS_ADD)
+            r->live++;
+        else if (r->live > 0)
+            r->live--;
     }
-    /* PUBLISH <channel> <worker>\0<epoch><records> */
     td_buf_t msg;
     td_buf_init(&msg);
-    if (msg_header(r, &msg) == 0 && td_buf_append(&msg, r->queue.data, r->queue.len) == 0) {
-        argv[0] = "PUBLISH", lens[0] = 7;
-        argv[1] = r->channel, lens[1] = strlen(r->channel);
-        argv[2] = msg.data, lens[2] = msg.len;
-        redisAsyncCommandArgv(r->cmd.ac, on_reply_checked, (void *)"PUBLISH", 3, argv, lens);
+    if (msg_header(r, &msg) == 0) {
+        const char *argv[] = {"EVAL",     APPEND_SCRIPT,   "1",          r->set_key,
+                              (char *)r->header, r->queue.data, r->lease_ms, r->channel,
+                              msg.data};
+        size_t lens[] = {4,   sizeof(APPEND_SCRIPT) - 1, 1, strlen(r->set_key), HDR,
+                         r->queue.len, strlen(r->lease_ms), strlen(r->channel), msg.len};
+        redisAsyncCommandArgv(r->cmd.ac, on_appended, NULL, 9, argv, lens);
     }
     td_buf_free(&msg);
     td_buf_reset(&r->queue);
-    td_kvredis_renew(r); /* an HSET may have created the key again, without its expiry */
-out:
-    free(argv);
-    free(lens);
 }
 
 static void on_flush_timer(uv_timer_t *t);
@@ -191,25 +246,44 @@ int td_kvredis_publish_inventory(td_kvredis_t *r, const uint8_t *tiers, const td
     TD_ASSERT(r->worker_id);
     if (!r->cmd.up)
         return TD_EAGAIN; /* on_state(true, true) asks again on reconnect */
-    td_buf_reset(&r->queue);
-    const char *del[] = {"DEL", r->set_key};
-    size_t del_len[] = {3, strlen(r->set_key)};
-    redisAsyncCommandArgv(r->cmd.ac, on_reply_checked, (void *)"DEL", 2, del, del_len);
-    /* the reset goes out first, then the set as ordinary adds in batches */
-    uint8_t reset[REC] = {TD_KVREDIS_RESET};
-    td_buf_t msg;
+    r->inventory_asked = false;
+    td_buf_reset(&r->queue); /* the inventory supersedes what was queued */
+    td_buf_t set, msg;
+    td_buf_init(&set);
     td_buf_init(&msg);
-    int rc = msg_header(r, &msg);
+    int rc = td_buf_reserve(&set, HDR + n * REC);
+    if (!rc) {
+        td_buf_append(&set, r->header, HDR);
+        uint8_t *p = (uint8_t *)set.data + HDR;
+        for (size_t i = 0; i < n; i++, p += REC) {
+            p[0] = TD_KVREDIS_ADD;
+            p[1] = tiers[i];
+            memcpy(p + 2, hashes[i].b, 16);
+        }
+        set.len = HDR + n * REC;
+        rc = msg_header(r, &msg);
+    }
+    uint8_t reset[REC] = {TD_KVREDIS_RESET};
     if (!rc)
         rc = td_buf_append(&msg, reset, REC);
     if (!rc) {
-        const char *pub[] = {"PUBLISH", r->channel, msg.data};
-        size_t pub_len[] = {7, strlen(r->channel), msg.len};
-        redisAsyncCommandArgv(r->cmd.ac, on_reply_checked, (void *)"PUBLISH", 3, pub, pub_len);
+        /* the set, replaced whole (with its lease), then its id in the workers' set, then the
+         * news: subscribers read the new set when they hear of it */
+        const char *a1[] = {"SET", r->set_key, set.data, "PX", r->lease_ms};
+        size_t l1[] = {3, strlen(r->set_key), set.len, 2, strlen(r->lease_ms)};
+        redisAsyncCommandArgv(r->cmd.ac, on_reply_checked, (void *)"SET", r->o.lease_ms ? 5 : 3,
+                              a1, l1);
+        const char *a2[] = {"SADD", r->workers_key, r->worker_id};
+        size_t l2[] = {4, strlen(r->workers_key), strlen(r->worker_id)};
+        redisAsyncCommandArgv(r->cmd.ac, on_reply_checked, (void *)"SADD", 3, a2, l2);
+        const char *a3[] = {"PUBLISH", r->channel, msg.data};
+        size_t l3[] = {7, strlen(r->channel), msg.len};
+        redisAsyncCommandArgv(r->cmd.ac, on_reply_checked, (void *)"PUBLISH", 3, a3, l3);
+        r->live = r->logged = n;
+        r->foreign_logged = false;
     }
+    td_buf_free(&set);
     td_buf_free(&msg);
-    for (size_t i = 0; i < n && !rc; i++)
-        rc = td_kvredis_publish(r, TD_KVREDIS_ADD, tiers[i], &hashes[i]);
     return rc;
 }
 
@@ -220,28 +294,100 @@ static void deliver(td_kvredis_t *r, const char *worker, uint64_t epoch, const u
 {
     if (r->closing)
         return; /* td_kvredis_close: the owner hears nothing more */
-    td_kvredis_event_t ev[64];
+    td_kvredis_event_t ev[256];
     size_t k = 0;
     for (size_t i = 0; i < n_recs; i++) {
         const uint8_t *p = recs + i * REC;
+        if (p[0] < TD_KVREDIS_ADD || p[0] > TD_KVREDIS_RESET)
+            continue; /* a record from a newer version: skip it */
         td_kvredis_event_t *e = &ev[k++];
         e->op = (td_kvredis_op_t)p[0];
         e->tier = p[1];
         memcpy(e->hash.b, p + 2, 16);
         e->worker = worker;
         e->epoch = epoch;
-        if (e->op < TD_KVREDIS_ADD || e->op > TD_KVREDIS_RESET)
-            k--; /* a record from a newer version: skip it */
-        if (k == TD_ARRAY_LEN(ev) || i + 1 == n_recs) {
-            if (k && r->o.on_events)
+        if (k == TD_ARRAY_LEN(ev)) {
+            if (r->o.on_events)
                 r->o.on_events(ev, k, r->o.ud);
             k = 0;
         }
     }
+    if (k && r->o.on_events)
+        r->o.on_events(ev, k, r->o.ud);
+}
+
+/* A set read for `worker` (NULL reply element: it has none): RESET with the set's epoch, then its
+ * records as events. */
+static void deliver_set(td_kvredis_t *r, const char *worker, const redisReply *v, size_t hint)
+{
+    uint64_t epoch = 0;
+    size_t n = 0;
+    const uint8_t *buf = NULL;
+    if (v && v->type == REDIS_REPLY_STRING) {
+        buf = (const uint8_t *)v->str;
+        if (td_kvredis_set_parse(buf, v->len, &epoch, &n) != 0) {
+            td_logf(TD_LOG_WARN, NULL, "redis: worker %s: %s; ignored", worker, td_err_msg());
+            return;
+        }
+    }
+    td_kvredis_event_t reset = {TD_KVREDIS_RESET, 0, {{0}}, worker, epoch, hint};
+    if (!r->closing && r->o.on_events)
+        r->o.on_events(&reset, 1, r->o.ud);
+    if (n)
+        deliver(r, worker, epoch, buf + HDR, n);
+}
+
+/* One message from the channel: worker id, NUL, epoch, records. A RESET record makes us read the
+ * worker's new set (which carries its own RESET). */
+static int resync_worker(td_kvredis_t *r, const char *worker, size_t len);
+
+static void deliver_message(td_kvredis_t *r, const char *p, size_t len)
+{
+    const char *nul = memchr(p, '\0', len);
+    if (!nul)
+        return;
+    size_t off = (size_t)(nul - p) + 1;
+    if (len - off < 8)
+        return; /* no epoch: a message of an older version */
+    uint64_t epoch = get_le64((const uint8_t *)p + off);
+    off += 8;
+    const uint8_t *recs = (const uint8_t *)p + off;
+    size_t n = (len - off) / REC, from = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (recs[i * REC] != TD_KVREDIS_RESET)
+            continue;
+        deliver(r, p, epoch, recs + from * REC, i - from);
+        from = i + 1;
+        resync_worker(r, p, (size_t)(nul - p));
+    }
+    deliver(r, p, epoch, recs + from * REC, n - from);
+}
+
+/* A read finished: when none is left, deliver what was held meanwhile, in order. */
+static void read_done(td_kvredis_t *r)
+{
+    if (--r->reads_pending > 0)
+        return;
+    if (r->resyncing) {
+        r->resyncing = false;
+        r->resyncs++;
+        if (r->o.on_resynced && !r->closing)
+            r->o.on_resynced(td_now_s() - r->t_resync, r->o.ud);
+    }
+    td_buf_t held = r->held;
+    td_buf_init(&r->held);
+    for (size_t off = 0; off + 4 <= held.len && !r->closing;) {
+        uint32_t n;
+        memcpy(&n, held.data + off, 4);
+        deliver_message(r, held.data + off + 4, n);
+        off += 4 + n;
+    }
+    td_buf_free(&held);
 }
 
 static void on_message(redisAsyncContext *ac, void *reply, void *priv)
 {
+    (void)ac;
     td_kvredis_t *r = priv;
     redisReply *m = reply;
     if (!m || m->type != REDIS_REPLY_ARRAY || m->elements != 3 ||
@@ -260,118 +406,96 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv)
     }
     if (strcmp(m->element[0]->str, "message") != 0 || m->element[2]->type != REDIS_REPLY_STRING)
         return;
-    const char *p = m->element[2]->str;
-    size_t len = m->element[2]->len;
-    const char *nul = memchr(p, '\0', len);
-    if (!nul)
+    const redisReply *b = m->element[2];
+    if (r->reads_pending > 0) { /* held until the sets being read are in */
+        uint32_t n = (uint32_t)b->len;
+        if (td_buf_append(&r->held, &n, 4) == 0 && td_buf_append(&r->held, b->str, b->len) != 0)
+            r->held.len -= 4;
         return;
-    size_t off = (size_t)(nul - p) + 1;
-    if (len - off < 8)
-        return; /* no epoch: a message of an older version */
-    uint64_t epoch = get_le64((const uint8_t *)p + off);
-    off += 8;
-    deliver(r, p, epoch, (const uint8_t *)p + off, (len - off) / REC);
-}
-
-static void resync_maybe_done(td_kvredis_t *r)
-{
-    if (r->resyncing && r->scans_pending == 0 && r->reads_pending == 0) {
-        r->resyncing = false;
-        r->resyncs++;
     }
+    deliver_message(r, b->str, b->len);
 }
 
-/* One HGETALL of a resync: the worker whose set it reads, and whether a full resync counts it. */
+/* A read of one or more sets: the workers they belong to ("\0"-separated), in reply order. */
 typedef struct read_ctx {
-    bool counted;
-    char worker[];
+    size_t n;
+    char ids[]; /* n NUL-terminated ids */
 } read_ctx_t;
 
-static read_ctx_t *read_ctx_new(const char *worker, size_t len, bool counted)
+static void on_sets(redisAsyncContext *ac, void *reply, void *priv)
 {
-    read_ctx_t *x = malloc(sizeof(*x) + len + 1);
-    if (!x)
-        return NULL;
-    x->counted = counted;
-    memcpy(x->worker, worker, len);
-    x->worker[len] = '\0';
-    return x;
+    read_ctx_t *x = priv;
+    td_kvredis_t *r = ac->data ? ((conn_t *)ac->data)->owner : NULL;
+    redisReply *m = reply;
+    if (r && !r->closing && m) {
+        size_t hint = 0; /* every set's records, a size hint with the first RESET */
+        redisReply **els = m->type == REDIS_REPLY_ARRAY ? m->element : NULL;
+        for (size_t i = 0; i < (els ? m->elements : 1); i++) {
+            const redisReply *v = els ? els[i] : m;
+            if (v->type == REDIS_REPLY_STRING && v->len >= HDR)
+                hint += (v->len - HDR) / REC;
+        }
+        const char *id = x->ids;
+        for (size_t i = 0; i < x->n; i++, id += strlen(id) + 1) {
+            if (els && i < m->elements)
+                deliver_set(r, id, els[i], i ? 0 : hint); /* MGET */
+            else if (m->type == REDIS_REPLY_STRING || m->type == REDIS_REPLY_NIL)
+                deliver_set(r, id, m->type == REDIS_REPLY_NIL ? NULL : m, hint); /* GET */
+        }
+    }
+    free(x);
+    if (r)
+        read_done(r);
 }
 
 static void on_members(redisAsyncContext *ac, void *reply, void *priv)
 {
-    read_ctx_t *x = priv;
-    const char *worker = x->worker;
+    (void)priv;
     td_kvredis_t *r = ac->data ? ((conn_t *)ac->data)->owner : NULL;
     redisReply *m = reply;
-    if (r && !r->closing && m && m->type == REDIS_REPLY_ARRAY) {
-        uint64_t epoch = 0;
-        for (size_t i = 0; i + 1 < m->elements; i += 2) {
-            redisReply *f = m->element[i], *v = m->element[i + 1];
-            if (f->type == REDIS_REPLY_STRING && f->len == strlen(EPOCH_FIELD) &&
-                memcmp(f->str, EPOCH_FIELD, f->len) == 0 && v->type == REDIS_REPLY_STRING &&
-                v->len == 8)
-                epoch = get_le64((const uint8_t *)v->str);
-        }
-        td_kvredis_event_t reset = {TD_KVREDIS_RESET, 0, {{0}}, worker, epoch};
-        if (r->o.on_events)
-            r->o.on_events(&reset, 1, r->o.ud);
-        /* HGETALL: field (16-byte hash), value (1-byte tier), ... as ADD records */
-        td_buf_t recs;
-        td_buf_init(&recs);
-        for (size_t i = 0; i + 1 < m->elements; i += 2) {
-            redisReply *f = m->element[i], *v = m->element[i + 1];
-            if (f->type != REDIS_REPLY_STRING || f->len != 16 || v->type != REDIS_REPLY_STRING ||
-                v->len != 1)
-                continue;
-            uint8_t rec[REC] = {TD_KVREDIS_ADD, (uint8_t)v->str[0]};
-            memcpy(rec + 2, f->str, 16);
-            if (td_buf_append(&recs, rec, REC))
-                break;
-        }
-        deliver(r, worker, epoch, (const uint8_t *)recs.data, recs.len / REC);
-        td_buf_free(&recs);
-    }
-    bool counted = x->counted;
-    free(x);
-    if (r && counted) {
-        r->reads_pending--;
-        resync_maybe_done(r);
-    }
-}
-
-static void on_scan(redisAsyncContext *ac, void *reply, void *priv)
-{
-    td_kvredis_t *r = priv;
-    redisReply *m = reply;
-    r->scans_pending--;
-    if (!m || m->type != REDIS_REPLY_ARRAY || m->elements != 2 || !r->cmd.up) {
-        r->resyncing = false; /* retried on the next connect */
+    if (!r)
         return;
+    if (m && m->type == REDIS_REPLY_ARRAY && m->elements > 0 && !r->closing) {
+        /* one MGET of every set, with the ids to name them by */
+        size_t n = m->elements, ids_len = 0;
+        for (size_t i = 0; i < n; i++)
+            ids_len += m->element[i]->len + 1;
+        read_ctx_t *x = malloc(sizeof(*x) + ids_len);
+        const char **argv = malloc((n + 1) * sizeof(char *));
+        size_t *lens = malloc((n + 1) * sizeof(size_t));
+        td_buf_t keys;
+        td_buf_init(&keys);
+        size_t prefix = strlen(r->ns) + 5; /* "<ns>:set:" */
+        bool ok = x && argv && lens && td_buf_reserve(&keys, n * (prefix + 1) + ids_len) == 0;
+        if (ok) {
+            x->n = n;
+            char *id = x->ids;
+            argv[0] = "MGET", lens[0] = 4;
+            for (size_t i = 0; i < n; i++) {
+                const redisReply *e = m->element[i];
+                memcpy(id, e->str, e->len);
+                id[e->len] = '\0';
+                id += e->len + 1;
+                size_t at = keys.len;
+                td_buf_printf(&keys, "%s:set:", r->ns);
+                td_buf_append(&keys, e->str, e->len);
+                lens[i + 1] = keys.len - at;
+            }
+            for (size_t i = 0, at = 0; i < n; i++) { /* the buffer no longer moves */
+                argv[i + 1] = keys.data + at;
+                at += lens[i + 1];
+            }
+            if (redisAsyncCommandArgv(ac, on_sets, x, (int)n + 1, argv, lens) == REDIS_OK) {
+                r->reads_pending++;
+                x = NULL;
+            }
+        }
+        free(x);
+        free(argv);
+        free(lens);
+        td_buf_free(&keys);
     }
-    size_t prefix = strlen(r->pattern) - 1; /* "<ns>:holders:" */
-    redisReply *keys = m->element[1];
-    for (size_t i = 0; i < keys->elements; i++) {
-        redisReply *k = keys->element[i];
-        if (k->type != REDIS_REPLY_STRING || k->len <= prefix)
-            continue;
-        read_ctx_t *x = read_ctx_new(k->str + prefix, k->len - prefix, true);
-        if (!x)
-            continue;
-        const char *argv[] = {"HGETALL", k->str};
-        size_t lens[] = {7, k->len};
-        if (redisAsyncCommandArgv(ac, on_members, x, 2, argv, lens) == REDIS_OK)
-            r->reads_pending++;
-        else
-            free(x);
-    }
-    const char *cursor = m->element[0]->str;
-    if (strcmp(cursor, "0") != 0) {
-        if (redisAsyncCommand(ac, on_scan, r, "SCAN %s MATCH %s COUNT 1000", cursor, r->pattern) ==
-            REDIS_OK)
-            r->scans_pending++;
-    }
-    resync_maybe_done(r);
+    read_done(r);
 }
 
 int td_kvredis_resync(td_kvredis_t *r)
@@ -380,34 +504,45 @@ int td_kvredis_resync(td_kvredis_t *r)
         return TD_EAGAIN;
     if (r->resyncing)
         return 0;
-    if (redisAsyncCommand(r->cmd.ac, on_scan, r, "SCAN 0 MATCH %s COUNT 1000", r->pattern) !=
-        REDIS_OK)
+    const char *argv[] = {"SMEMBERS", r->workers_key};
+    size_t lens[] = {8, strlen(r->workers_key)};
+    if (redisAsyncCommandArgv(r->cmd.ac, on_members, NULL, 2, argv, lens) != REDIS_OK)
         return TD_EIO;
     r->resyncing = true;
-    r->scans_pending = 1;
-    r->reads_pending = 0;
+    r->t_resync = td_now_s();
+    r->reads_pending++;
     return 0;
 }
 
-int td_kvredis_resync_worker(td_kvredis_t *r, const char *worker)
+static int resync_worker(td_kvredis_t *r, const char *worker, size_t len)
 {
     if (!r->cmd.up)
         return TD_EAGAIN;
-    read_ctx_t *x = read_ctx_new(worker, strlen(worker), false);
+    read_ctx_t *x = malloc(sizeof(*x) + len + 1);
     td_buf_t key;
     td_buf_init(&key);
-    if (!x || td_buf_printf(&key, "%s:holders:%s", r->ns, worker)) {
+    if (!x || td_buf_printf(&key, "%s:set:", r->ns) || td_buf_append(&key, worker, len)) {
         free(x);
         td_buf_free(&key);
         return TD_ENOMEM;
     }
-    const char *argv[] = {"HGETALL", key.data};
-    size_t lens[] = {7, key.len};
-    int rc = redisAsyncCommandArgv(r->cmd.ac, on_members, x, 2, argv, lens) == REDIS_OK ? 0 : TD_EIO;
+    x->n = 1;
+    memcpy(x->ids, worker, len);
+    x->ids[len] = '\0';
+    const char *argv[] = {"GET", key.data};
+    size_t lens[] = {3, key.len};
+    int rc = redisAsyncCommandArgv(r->cmd.ac, on_sets, x, 2, argv, lens) == REDIS_OK ? 0 : TD_EIO;
     if (rc)
         free(x);
+    else
+        r->reads_pending++;
     td_buf_free(&key);
     return rc;
+}
+
+int td_kvredis_resync_worker(td_kvredis_t *r, const char *worker)
+{
+    return resync_worker(r, worker, strlen(worker));
 }
 
 uint64_t td_kvredis_resyncs(const td_kvredis_t *r)
@@ -454,8 +589,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
     if (r->worker_id) {
         /* Redis may have restarted empty, and events were dropped while it was down: the
          * worker republishes its whole inventory on every connect */
-        if (r->o.on_state)
-            r->o.on_state(true, true, r->o.ud);
+        r->inventory_asked = false;
+        ask_inventory(r);
     } else if (r->sub.up) {
         td_kvredis_resync(r);
     }
@@ -535,10 +670,11 @@ td_kvredis_t *td_kvredis_new(uv_loop_t *loop, const td_kvredis_opts_t *opts)
     td_buf_init(&b);
     td_buf_printf(&b, "%s:events", opts->ns);
     r->channel = td_buf_steal(&b, NULL);
-    td_buf_printf(&b, "%s:holders:*", opts->ns);
-    r->pattern = td_buf_steal(&b, NULL);
+    td_buf_printf(&b, "%s:workers", opts->ns);
+    r->workers_key = td_buf_steal(&b, NULL);
+    snprintf(r->lease_ms, sizeof(r->lease_ms), "%llu", (unsigned long long)opts->lease_ms);
     if (r->worker_id) {
-        td_buf_printf(&b, "%s:holders:%s", opts->ns, opts->worker_id);
+        td_buf_printf(&b, "%s:set:%s", opts->ns, opts->worker_id);
         r->set_key = td_buf_steal(&b, NULL);
         uint64_t epoch = opts->epoch;
         if (!epoch && getrandom(&epoch, sizeof(epoch), 0) != (ssize_t)sizeof(epoch))
@@ -546,8 +682,10 @@ td_kvredis_t *td_kvredis_new(uv_loop_t *loop, const td_kvredis_opts_t *opts)
         if (!epoch)
             epoch = (td_wall_ns() ^ ((uint64_t)getpid() << 32)) | 1;
         put_le64(r->epoch, epoch);
+        td_kvredis_set_header(r->header, epoch);
     }
     td_buf_init(&r->queue);
+    td_buf_init(&r->held);
     conn_t *cs[2] = {&r->cmd, &r->sub};
     for (int i = 0; i < 2; i++) {
         cs[i]->owner = r;
@@ -574,12 +712,13 @@ static void free_if_done(td_kvredis_t *r)
     if (r->open_handles > 0 || r->cmd.ac || r->sub.ac)
         return;
     td_buf_free(&r->queue);
+    td_buf_free(&r->held);
     free(r->ns);
     free(r->worker_id);
     free(r->host);
     free(r->set_key);
     free(r->channel);
-    free(r->pattern);
+    free(r->workers_key);
     free(r);
 }
 

@@ -96,6 +96,15 @@ void td_kvdisk_stats(const td_kvdisk_t *d, td_kvdisk_stats_t *out);
  * the tier's inventory to the cluster index (td_kvredis_publish_inventory). */
 size_t td_kvdisk_list(const td_kvdisk_t *d, td_kvhash_t *out, size_t max);
 
+/* Be told when a block becomes readable here (its store finished: `added`) and when it stops
+ * being (evicted, found bad at a load: !added); `hash` NULL and !added: every block went at
+ * once (the tier turned off). For announcing the tier to the cluster KV index; blocks indexed by
+ * the scan at open are not reported (td_kvdisk_list has them). `cb` NULL: no more calls. Runs on
+ * the loop thread, inside the tier's own calls and completions: it must not call back into the
+ * tier. */
+typedef void (*td_kvdisk_change_cb)(void *ud, const td_kvhash_t *hash, bool added);
+void td_kvdisk_set_listener(td_kvdisk_t *d, td_kvdisk_change_cb cb, void *ud);
+
 /* Close: operations not yet started are canceled (their callbacks run with TD_ECANCELED), those
  * running finish; when none is left, `closed_cb` (may be NULL) runs on the loop thread, always
  * after close returns, and `d` is freed. Calls after close return TD_ECLOSED until then. */

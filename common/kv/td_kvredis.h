@@ -2,28 +2,43 @@
  *
  * Layout (binary-safe; `ns` is the namespace: the daemons use "tandem:kv", since every block hash
  * covers the layout fingerprint already):
- *   <ns>:holders:<worker>   a HASH: field = block hash (16 canonical bytes of a hash
- *                           version 1 td_kvhash_t, see td_kvhash.h), value = tier (1 byte); one
- *                           more field "epoch" holds the publisher's epoch (8 bytes, little
- *                           endian), written with every batch of adds. With a lease the key
- *                           expires lease_ms after the last td_kvredis_renew (or flush), so a
- *                           dead worker's set goes by itself.
- *   <ns>:events             a pub/sub channel; each message is the worker id, a NUL, the epoch
- *                           (8 bytes, little endian), then 18-byte records: op (1 = add,
- *                           2 = remove), tier, hash (op 3, with no hash, says "the worker's whole
- *                           set was replaced")
+ *   <ns>:set:<worker>   a STRING, the worker's set: a 16-byte header (ASCII "TDKVSET1", then the
+ *                       publisher's epoch, 8 bytes little endian) and 18-byte records: op
+ *                       (1 = add, 2 = remove), tier (0 pool, 2 disk), block hash (16 canonical
+ *                       bytes of a hash version 1 td_kvhash_t, see td_kvhash.h). The worker's
+ *                       inventory is written as adds with SET; every batch of events since is
+ *                       APPENDed, so the set is its inventory replayed with the events after it.
+ *                       A reader replays the records in order (a later record of a block wins).
+ *                       With a lease the key expires lease_ms after the last renew or flush, so
+ *                       a dead worker's set goes by itself.
+ *   <ns>:workers        a SET of the worker ids that ever wrote a set (resync reads their sets
+ *                       with one MGET; an id whose set expired reads as nil)
+ *   <ns>:events         a pub/sub channel; each message is the worker id, a NUL, the epoch
+ *                       (8 bytes, little endian), then records as in the set, and op 3 (no tier,
+ *                       no hash): "the worker's whole set was replaced" (subscribers read it)
+ *
+ * Why a packed string: a router that restarts reads 1M blocks as a few bulk strings (one MGET)
+ * and parses them itself, instead of a hash field per block that the client library turns into
+ * an object each (bench/index_rebuild.py measures it).
  *
  * The epoch is a random 64-bit value a publisher draws when it is created: a restarted worker
- * (same id, new process) has a new one, so subscribers can tell its events from late ones of the
- * process it replaced (td_kvredis_event_t.epoch; an inventory starts a new epoch's set).
+ * (same id, new process) has a new one and replaces the set, so subscribers can tell its events
+ * from late ones of the process it replaced (td_kvredis_event_t.epoch). Fencing: a batch of
+ * events is appended (and published) by a server-side script only while the set's header still
+ * carries the publisher's epoch; a set that expired or was lost with a Redis restart makes the
+ * publisher write its inventory again (on_state(true, true)), and a set another process of the
+ * same id owns is left alone (logged once).
  *
- * Workers (publishers) queue add/remove events and flush them every `flush_ms` as one pipeline:
- * HSET/HDEL on their own hash, then one PUBLISH. Routers (subscribers) receive the events and
- * resync by reading every holders hash (SCAN + HGETALL) whenever their connections come (back)
- * up. Redis is never on a request's path: while it is down publishers drop their events and
- * subscribers keep serving from their mirror; on every (re)connect a publisher is asked
- * (on_state(true, true)) to republish its whole inventory, since Redis may have restarted empty.
- * The index is eventually consistent; a stale entry costs a recompute, never a wrong answer.
+ * Workers (publishers) queue add/remove events and flush them every `flush_ms` as one command.
+ * When the appended records outgrow twice the live set (plus 4096), the publisher is asked for its
+ * inventory again, which rewrites the set compactly. Routers (subscribers) receive the events and
+ * resync by reading every set (SMEMBERS + MGET) whenever their connections come (back) up;
+ * messages that arrive while a read is in flight are held and delivered after it, so an event
+ * newer than the set read is never lost under it. Redis is never on a request's path: while it
+ * is down publishers drop their events and subscribers are told (on_state(false, ...)); on every
+ * (re)connect a publisher is asked (on_state(true, true)) to republish its whole inventory, since
+ * Redis may have restarted empty. The index is eventually consistent; a stale entry costs a
+ * recompute, never a wrong answer.
  *
  * Connections reconnect with backoff (100 ms doubling to 5 s). Loop thread only.
  */
@@ -50,7 +65,9 @@ typedef struct td_kvredis_event {
     uint8_t tier;
     td_kvhash_t hash;   /* unused for RESET */
     const char *worker; /* valid during the callback */
-    uint64_t epoch;     /* the publisher's epoch (0 from a resync of a set written without one) */
+    uint64_t epoch;     /* the publisher's epoch (0 from a read that found no set) */
+    size_t size_hint;   /* RESET from a read of sets: records that read delivers in all, every
+                           worker's together (to make room at once); 0 otherwise */
 } td_kvredis_event_t;
 
 typedef struct td_kvredis_opts {
@@ -65,8 +82,12 @@ typedef struct td_kvredis_opts {
     /* events from the channel, or from a resync (as ADDs after one RESET per worker) */
     void (*on_events)(const td_kvredis_event_t *ev, size_t n, void *ud);
     /* connection state: true when (re)connected. Subscribers: a resync has been started.
-     * Publishers: call td_kvredis_publish_inventory if `need_inventory`. */
+     * Publishers: call td_kvredis_publish_inventory if `need_inventory` (also while connected,
+     * when the set must be rewritten: it expired, was lost, or its appended events outgrew it). */
     void (*on_state)(bool up, bool need_inventory, void *ud);
+    /* subscribers: a full resync (every set read and delivered) finished, `seconds` after it
+     * started (may be NULL) */
+    void (*on_resynced)(double seconds, void *ud);
     void *ud;
 } td_kvredis_opts_t;
 
@@ -94,5 +115,19 @@ int td_kvredis_resync(td_kvredis_t *r);
 int td_kvredis_resync_worker(td_kvredis_t *r, const char *worker);
 /* Number of resyncs completed (for tests and status). */
 uint64_t td_kvredis_resyncs(const td_kvredis_t *r);
+
+/* ---- the set's byte format, for the library, its tests, benchmarks and the fuzz target ---- */
+
+#define TD_KVREDIS_SET_MAGIC "TDKVSET1" /* 8 bytes */
+#define TD_KVREDIS_SET_HEADER 16u       /* magic, epoch */
+#define TD_KVREDIS_REC 18u              /* op, tier, hash */
+
+/* Write a set's header for `epoch` into out[TD_KVREDIS_SET_HEADER]. */
+void td_kvredis_set_header(uint8_t out[TD_KVREDIS_SET_HEADER], uint64_t epoch);
+/* Check a set read from Redis (`len` bytes): 0, *epoch and *n_recs (records start at
+ * buf + TD_KVREDIS_SET_HEADER), or TD_EPARSE (shorter than the header, another magic, or a
+ * length that is not a whole number of records), td_err_msg saying which. Records of an unknown
+ * op are the caller's to skip (a newer version's). */
+int td_kvredis_set_parse(const uint8_t *buf, size_t len, uint64_t *epoch, size_t *n_recs);
 
 #endif

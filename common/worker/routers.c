@@ -63,6 +63,7 @@ void td_wk_fill_load(td_worker_t *w, Tandem__Load *l)
         t[1].cached_blocks = st.files;
         t[1].queries = (uint64_t)td_metric_value(w->m.disk_queries);
         t[1].hits = (uint64_t)td_metric_value(w->m.disk_hits);
+        t[1].load_s_per_token = w->load_s_per_block / w->pool.layout.block_size;
         w->load_tier_p[1] = &t[1];
         l->n_cache = 2;
         td_metric_set(w->m.disk_files, (double)st.files);

@@ -144,6 +144,23 @@ class Redis:
             f = c.makefile("rb")
             return self._reply(f)
 
+    def kv_set(self, wid, ns="tandem:kv"):
+        """Worker `wid`'s set in the cluster KV index replayed (td_kvredis.h: a 16-byte header,
+        then 18-byte records op, tier, hash): {hash hex: tier}, or None when it has no set."""
+        raw = self.cmd("GET", "%s:set:%s" % (ns, wid))
+        if raw is None:
+            return None
+        if raw[:8] != b"TDKVSET1" or (len(raw) - 16) % 18:
+            raise RuntimeError("redis: %s's set is malformed (%d bytes)" % (wid, len(raw)))
+        out = {}
+        for i in range(16, len(raw), 18):
+            op, tier, h = raw[i], raw[i + 1], raw[i + 2:i + 18].hex()
+            if op == 1:
+                out[h] = tier
+            elif op == 2:
+                out.pop(h, None)
+        return out
+
     def _reply(self, f):
         line = f.readline().rstrip(b"\r\n")
         kind, rest = line[:1], line[1:]

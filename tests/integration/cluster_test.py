@@ -26,6 +26,9 @@ Usage: cluster_test.py BUILD_DIR SCENARIO ARCH [MODEL_DIR]
   index             the cluster KV index in Redis and kv_aware placement: a repeated prompt goes
                     to its holder; Redis killed and restarted; a dead worker's lease; a restarted
                     router
+  hotprefix         many requests sharing one hot prefix: no worker gets more than 1.5x the
+                    mean of the requests placed (kv_aware's imbalance guard); without the guard
+                    the holder does
   rolling           every worker in turn drained, stopped and restarted under a steady bench
                     load (tandem ctl drain / workers / undrain): no request fails
   migrate           a decode worker SIGKILLed under 16 streams and under 16 non-streaming
@@ -811,6 +814,7 @@ def scenario_index(build):
     """The cluster KV index (Redis) and kv_aware placement, with 2 decode workers and no prefill
     worker: the same long prompt sent 6 times one after another goes to the worker that holds it
     every time after the first (round robin would alternate); Redis killed mid-run fails nothing
+    (the router places by load alone while it is down)
     and, started again empty, is refilled by the workers' inventories; a SIGKILLed worker's
     entries leave Redis within its lease; a restarted router has the index back before the next
     request."""
@@ -825,7 +829,8 @@ def scenario_index(build):
                 "temperature": 0, "ignore_eos": True}
 
     def holders(wid):
-        return cl.redis.cmd("EXISTS", "tandem:kv:holders:" + wid)
+        """1 when worker wid's set in Redis holds blocks, else 0."""
+        return int(bool(cl.redis.kv_set(wid)))
 
     cl = C.Cluster(build, model, n_prefill=0, n_decode=2, redis=True,
                    worker_args=["--kv.redis_lease_s", str(lease)])
@@ -853,8 +858,14 @@ def scenario_index(build):
         out = result.get("out", [])
         check(len(out) == len(reqs) and all(not g["error"] for g in out),
               "requests failed while Redis died: %s" % out)
-        g = cl.batch([p1])[0]
-        check(not g["error"] and g["cached_tokens"] == full, "served without Redis: %s" % g)
+        # without Redis the router places by load alone (its mirror emptied): still served,
+        # tokens unchanged, wherever it lands
+        want1 = C.offline_generate(build, model, p1)
+        for _ in range(2):
+            g = cl.batch([p1])[0]
+            check(not g["error"] and g["ids"] == want1, "served without Redis: %s" % g)
+        check(cl.worker_metric(None, "tandem_kv_index_blocks") == 0,
+              "the router's mirror is empty while Redis is down")
         # Redis back, empty: the workers republish their inventories, hits come back
         cl.redis.start()
         wait_for(lambda: holders(holder) == 1, 20, "the holder's inventory in Redis again")
@@ -869,7 +880,8 @@ def scenario_index(build):
         check(holders(victim) == 1, "the victim has entries")
         cl.workers[victim].kill()
         t0 = time.monotonic()
-        wait_for(lambda: holders(victim) == 0, lease + 3, "the dead worker's entries to expire")
+        wait_for(lambda: cl.redis.kv_set(victim) is None, lease + 3,
+                 "the dead worker's entries to expire")
         gone_s = time.monotonic() - t0
         check(gone_s <= lease + 1.0, "entries outlived the lease: %.1f s" % gone_s)
         survivor = holder if victim == other else other
@@ -886,13 +898,84 @@ def scenario_index(build):
             g = cl.batch([p])[0]
             check(not g["error"] and g["cached_tokens"] == full,
                   "first request after the router restart: %s" % g)
+        # stale information: the index says `survivor` holds p4 (entries a worker would have
+        # announced before evicting the blocks, injected here); the request goes there, finds
+        # nothing, recomputes and succeeds with the same tokens
+        p4 = prompt()
+        want4 = C.offline_generate(build, model, p4)
+        hashes = [os.path.basename(f) for f in kv_files(build, model, "/", p4["prompt_ids"])]
+        hashes = hashes[:(n - 1) // B]
+        header = cl.redis.cmd("GETRANGE", "tandem:kv:set:" + survivor, 0, 15)
+        check(header[:8] == b"TDKVSET1", "the survivor's set header: %r" % header)
+        recs = b"".join(b"\x01\x00" + bytes.fromhex(h) for h in hashes)
+        cl.redis.cmd("PUBLISH", "tandem:kv:events", survivor.encode() + b"\0" + header[8:] + recs)
+        before = cl.status()[survivor]["assigned"]
+        g = cl.batch([p4])[0]
+        check(not g["error"] and g["ids"] == want4 and g["cached_tokens"] == 0,
+              "placed on stale entries: %s" % g)
+        check(cl.status()[survivor]["assigned"] == before + 1,
+              "the stale entries drew the request to %s: %s" % (survivor, cl.status()))
+        # a holder that hangs (SIGSTOP: connected, silent): the request placed on it by the index
+        # is retried elsewhere once the router gives up on the holder, and succeeds
+        other = [wid for wid in cl.workers if wid != survivor][0]
+        cl.workers[survivor].proc.send_signal(signal.SIGSTOP)
+        g = cl.batch([p3])[0]
+        check(not g["error"] and g["ids"] == C.offline_generate(build, model, p3),
+              "request placed on a hung holder: %s" % g)
+        cl.workers[survivor].kill()
+        cl.add_worker("decode", survivor)
+        cl.wait_workers(2)
         print("KV index: 6 runs of one prompt, 5 hits on its holder; Redis killed mid-run: 0 of "
               "%d failed; a SIGKILLed worker's entries gone from Redis in %.1f s (lease %.0f s); "
-              "index back after a router restart" % (len(reqs), gone_s, lease))
+              "index back after a router restart; a request placed on stale entries recomputed, "
+              "one placed on a hung holder retried on %s" % (len(reqs), gone_s, lease, other))
         codes = cl.stop()
         check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
     finally:
         C._kill_all()
+    # the disk tier in the index: each worker with its own disk directory; the holder of a
+    # prompt restarts with an empty pool, announces the prompt's blocks as tier 2 (disk), and
+    # kv_aware still sends the prompt there, where it loads instead of computing
+    disks = {wid: tempfile.mkdtemp(prefix="tandem-kvdisk-") for wid in ("d0", "d1")}
+    dargs = {wid: ["--kv.disk_dir", disks[wid], "--kv.disk_load", "always"] for wid in disks}
+    cl = C.Cluster(build, model, n_prefill=0, n_decode=0, redis=True,
+                   worker_args=["--kv.redis_lease_s", str(lease)])
+    try:
+        for wid in ("d0", "d1"):
+            cl.add_worker("decode", wid, dargs[wid])
+        cl.wait_workers(2)
+        p5 = prompt()
+        want5 = C.offline_generate(build, model, p5)
+        g = cl.batch([p5])[0]
+        check(not g["error"] and g["ids"] == want5, "disk phase, cold: %s" % g)
+        holder = [wid for wid, w in cl.status().items() if w["assigned"] == 1][0]
+        blocks = [os.path.basename(f) for f in kv_files(build, model, "/", p5["prompt_ids"])]
+        blocks = blocks[:(n - 1) // B]
+        wait_for(lambda: cl.worker_metric(holder, "tandem_kv_cached_blocks", 'tier="disk"') >=
+                 len(blocks), 30, "the prompt's blocks on disk")
+        cl.workers[holder].kill()
+        cl.add_worker("decode", holder, dargs[holder])
+        cl.wait_workers(2)
+
+        def tiers():
+            st = cl.redis.kv_set(holder) or {}
+            return [st.get(h) for h in blocks]
+        wait_for(lambda: tiers() == [2] * len(blocks), 20, "the holder's disk blocks as tier 2")
+        g = cl.batch([p5])[0]
+        check(not g["error"] and g["ids"] == want5 and g["cached_tokens"] == full,
+              "disk-held prompt: %s" % g)
+        check(cl.worker_metric(holder, "tandem_prefix_cache_hits_total", 'tier="disk"') == full,
+              "the hit came from the holder's disk")
+        # loaded into the pool: announced as tier 0 again
+        wait_for(lambda: tiers() == [0] * len(blocks), 20, "the loaded blocks as tier 0")
+        print("KV index: a restarted worker announced %d disk blocks as tier 2; kv_aware sent "
+              "the prompt there and %d tokens came from disk" % (len(blocks), full))
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+        for d in disks.values():
+            shutil.rmtree(d, ignore_errors=True)
     # the same runs under round_robin alternate between the workers: the second misses
     cl = C.Cluster(build, model, n_prefill=0, n_decode=2, redis=True,
                    router_args=["--placement.policy", "round_robin"])
@@ -905,6 +988,54 @@ def scenario_index(build):
     finally:
         C._kill_all()
     print("OK: cluster KV index")
+
+
+def scenario_hotprefix(build):
+    """A hot prefix: 3 decode workers (local prefill), one warm-up request, then 24 requests at
+    once that share a 192-token prefix (their own 16-token suffix each). kv_aware's guard keeps
+    any worker from getting more than 1.5x the mean of the requests placed (the router's per-worker
+    `assigned`, the load placement controls), while the holder still serves hits; with the guard
+    off (placement.imbalance 1000) the holder takes more than that, so the bound is the guard's."""
+    model, cfg = make_model(build, "deepseek_v3")
+    rng = random.Random(21)
+    V = cfg["vocab_size"]
+    prefix = [rng.randrange(V) for _ in range(192)]
+
+    def req():
+        return {"prompt_ids": prefix + [rng.randrange(V) for _ in range(16)], "max_tokens": 4,
+                "temperature": 0, "ignore_eos": True}
+
+    results = {}
+    for label, extra in (("guard", []), ("no guard", ["--placement.imbalance", "1000"])):
+        cl = C.Cluster(build, model, n_prefill=0, n_decode=3, redis=True,
+                       router_args=["--placement.local_prefill_tokens", "0"] + extra)
+        try:
+            g = cl.batch([req()])[0]
+            check(not g["error"], "warm-up: %s" % g)
+            holder = [wid for wid, w in cl.status().items() if w["assigned"] == 1][0]
+            wait_for(lambda: cl.redis.kv_set(holder), 10, "the holder's blocks in Redis")
+            time.sleep(0.5)  # the mirror has them (events), heartbeats are fresh
+            out = cl.batch([req() for _ in range(24)])
+            check(all(not o["error"] for o in out), "errors: %s" % [o["error"] for o in out])
+            st = cl.status()
+            placed = {wid: w["assigned"] for wid, w in st.items()}
+            placed[holder] -= 1  # the warm-up
+            mean = sum(placed.values()) / len(placed)
+            hits = sum(1 for o in out if o["cached_tokens"] > 0)
+            results[label] = (max(placed.values()) / mean, placed, hits)
+            codes = cl.stop()
+            check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+        finally:
+            C._kill_all()
+    ratio, placed, hits = results["guard"]
+    check(ratio <= 1.5, "hot prefix with the guard: max/mean %.2f > 1.5: %s" % (ratio, placed))
+    check(hits > 0, "the guard left no hits: %s" % (results,))
+    nratio, nplaced, _ = results["no guard"]
+    check(nratio > 1.5, "without the guard the holder should take more: %.2f %s" %
+          (nratio, nplaced))
+    print("hot prefix: 24 requests sharing 192 tokens over 3 workers: max/mean placed %.2f with "
+          "the guard %s (%d hits), %.2f without it %s" % (ratio, placed, hits, nratio, nplaced))
+    print("OK: hot prefix guard")
 
 
 def scenario_fetch(build):
@@ -925,7 +1056,7 @@ def scenario_fetch(build):
                 "temperature": 0, "ignore_eos": True}
 
     def holds(wid):
-        return cl.redis.cmd("EXISTS", "tandem:kv:holders:" + wid) == 1
+        return bool(cl.redis.kv_set(wid))
 
     def metric(wid, name, labels=""):
         return cl.worker_metric(wid, name, labels)
@@ -1380,6 +1511,8 @@ def main():
         scenario_disk(build)
     elif scen == "index":
         scenario_index(build)
+    elif scen == "hotprefix":
+        scenario_hotprefix(build)
     elif scen == "rolling":
         scenario_rolling(build)
     elif scen == "fetch":

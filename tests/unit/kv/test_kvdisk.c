@@ -317,6 +317,67 @@ START_TEST(test_lru_eviction)
 }
 END_TEST
 
+/* The listener (the cluster index's view of the tier): stores that finish, evictions, a bad file
+ * found at load, and the tier turning off, in order. */
+typedef struct changes {
+    int n;
+    int8_t block[16]; /* hash_of(i)'s i, or -1 for "every block" */
+    bool added[16];
+} changes_t;
+
+static void on_change(void *ud, const td_kvhash_t *h, bool added)
+{
+    changes_t *c = ud;
+    int i = -1;
+    for (int k = 0; h && k < 16; k++) {
+        td_kvhash_t x = hash_of(k);
+        if (memcmp(&x, h, sizeof(x)) == 0)
+            i = k;
+    }
+    ck_assert(h == NULL || i >= 0);
+    ck_assert_int_lt(c->n, 16);
+    c->block[c->n] = (int8_t)i;
+    c->added[c->n++] = added;
+}
+
+START_TEST(test_listener)
+{
+    td_kvdisk_t *d = open_tier(FP, 2 * FILE_BYTES);
+    changes_t c = {0};
+    td_kvdisk_set_listener(d, on_change, &c);
+    ck_assert_int_eq(store_sync(d, 0), 0);
+    ck_assert_int_eq(store_sync(d, 1), 0);
+    ck_assert_int_eq(store_sync(d, 2), 0); /* evicts 0, the least recently used */
+    int want_b[] = {0, 1, 0, 2};
+    bool want_a[] = {true, true, false, true};
+    ck_assert_int_eq(c.n, 4);
+    for (int k = 0; k < 4; k++) {
+        ck_assert_int_eq(c.block[k], want_b[k]);
+        ck_assert_int_eq(c.added[k], want_a[k]);
+    }
+    /* a flipped payload byte: the load fails and the block is gone */
+    char p[512];
+    file_path(FP, 1, p, sizeof(p));
+    FILE *f = fopen(p, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, TD_KVDISK_HEADER_BYTES + 3, SEEK_SET);
+    fputc(0x5a ^ fgetc(f), f);
+    fclose(f);
+    ck_assert_int_eq(load_sync(d, 1), TD_ECHECKSUM);
+    ck_assert_int_eq(c.n, 5);
+    ck_assert_int_eq(c.block[4], 1);
+    ck_assert(!c.added[4]);
+    /* the tier turns off: every block at once */
+    file_path(FP, 3, p, sizeof(p));
+    *strrchr(p, '/') = '\0';
+    ck_assert_int_eq(td_file_write_atomic(p, "x", 1), 0);
+    ck_assert_int_lt(store_sync(d, 3), 0);
+    ck_assert_int_eq(c.block[c.n - 1], -1);
+    ck_assert(!c.added[c.n - 1]);
+    close_tier(d);
+}
+END_TEST
+
 START_TEST(test_failing_disk_turns_off)
 {
     td_kvdisk_t *d = open_tier(FP, 1 << 30);
@@ -429,6 +490,7 @@ int main(void)
     tcase_add_test(tc, test_other_fingerprint_separate);
     tcase_add_test(tc, test_lru_eviction);
     tcase_add_test(tc, test_failing_disk_turns_off);
+    tcase_add_test(tc, test_listener);
     tcase_add_test(tc, test_close_in_flight);
     tcase_add_test(tc, test_parse);
     suite_add_tcase(s, tc);

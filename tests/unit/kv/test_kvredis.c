@@ -2,6 +2,7 @@
  * a worker reach a router, a late router resyncs, and after Redis restarts empty the worker
  * republishes and routers resync; a worker's lease keeps its set while it renews and lets it go
  * when it dies; a restarted worker's new epoch replaces its set. */
+#include "td_error.h"
 #include "td_kvredis.h"
 #include "td_util.h"
 
@@ -81,6 +82,36 @@ static void worker_state(bool up, bool need_inventory, void *ud)
     m->inventories++;
 }
 
+/* The blocks a worker's set in Redis holds once replayed (the test's 256 block names), or -1
+ * when it has no set. */
+static long long set_blocks(const char *key)
+{
+    redisContext *c = redisConnect("127.0.0.1", redis_port);
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        return -1;
+    }
+    redisReply *r = redisCommand(c, "GET %s", key);
+    long long n = -1;
+    uint64_t epoch;
+    size_t recs;
+    if (r && r->type == REDIS_REPLY_STRING &&
+        td_kvredis_set_parse((const uint8_t *)r->str, r->len, &epoch, &recs) == 0) {
+        bool have[256] = {false};
+        for (size_t i = 0; i < recs; i++) {
+            const uint8_t *p = (const uint8_t *)r->str + TD_KVREDIS_SET_HEADER + i * 18;
+            have[p[2]] = p[0] == TD_KVREDIS_ADD;
+        }
+        n = 0;
+        for (int i = 0; i < 256; i++)
+            n += have[i];
+    }
+    freeReplyObject(r);
+    redisFree(c);
+    return n;
+}
+
 static int count(const mirror_t *m, int w)
 {
     int n = 0;
@@ -110,8 +141,8 @@ static bool have(void *a)
         return false;
     if (count(x->m, x->w) != x->n)
         return false;
-    /* the worker's hash holds its blocks and, once it holds any, one "epoch" field */
-    return x->scard < 0 || redis_int("HLEN %s", "t:holders:d0") == x->scard + (x->scard > 0);
+    /* the worker's set in Redis holds its blocks */
+    return x->scard < 0 || set_blocks("t:set:d0") == x->scard;
 }
 
 static void publish(int i, int tier)
@@ -215,7 +246,7 @@ START_TEST(test_lease_epoch)
     w = (want_t){&rm, 0, 2, 2, NULL, 0};
     ck_assert(run_until(have, &w, 5000));
     ck_assert_uint_eq(rm.epoch, 42); /* events carry the publisher's epoch */
-    long long ttl = redis_int("PTTL %s", "t:holders:d0");
+    long long ttl = redis_int("PTTL %s", "t:set:d0");
     ck_assert(ttl > 0 && ttl <= 400);
     /* renewed every 100 ms, the set outlives its lease */
     for (int i = 0; i < 8; i++) {
@@ -226,11 +257,11 @@ START_TEST(test_lease_epoch)
         }
         td_kvredis_renew(worker);
     }
-    ck_assert_int_eq(redis_int("EXISTS %s", "t:holders:d0"), 1);
+    ck_assert_int_eq(redis_int("EXISTS %s", "t:set:d0"), 1);
     /* the worker dies (no goodbye, no renewal): its set is gone within the lease */
     td_kvredis_close(worker);
     uint64_t t0 = td_now_ns();
-    ck_assert(run_until(gone, "t:holders:d0", 2000));
+    ck_assert(run_until(gone, "t:set:d0", 2000));
     ck_assert_uint_lt(td_now_ns() - t0, 900000000ull); /* 400 ms lease, generous slack */
     /* it restarts under the same id: a new epoch, and its inventory replaces the old set */
     memset(inventory, -1, sizeof(inventory));
@@ -256,6 +287,121 @@ START_TEST(test_lease_epoch)
 }
 END_TEST
 
+/* The set's byte format: a header and whole records; anything else is refused by name. */
+START_TEST(test_set_parse)
+{
+    uint8_t buf[TD_KVREDIS_SET_HEADER + 2 * TD_KVREDIS_REC] = {0};
+    td_kvredis_set_header(buf, 0x0102030405060708ull);
+    uint64_t epoch = 0;
+    size_t n = 99;
+    ck_assert_int_eq(td_kvredis_set_parse(buf, TD_KVREDIS_SET_HEADER, &epoch, &n), 0);
+    ck_assert_uint_eq(epoch, 0x0102030405060708ull);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(td_kvredis_set_parse(buf, sizeof(buf), &epoch, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_uint_eq(buf[8], 0x08); /* little endian */
+    ck_assert_int_eq(td_kvredis_set_parse(buf, sizeof(buf) - 1, &epoch, &n), TD_EPARSE);
+    ck_assert(strstr(td_err_msg(), "multiple"));
+    ck_assert_int_eq(td_kvredis_set_parse(buf, 15, &epoch, &n), TD_EPARSE);
+    ck_assert(strstr(td_err_msg(), "shorter"));
+    ck_assert_int_eq(td_kvredis_set_parse(buf, 0, &epoch, &n), TD_EPARSE);
+    buf[3] ^= 1;
+    ck_assert_int_eq(td_kvredis_set_parse(buf, sizeof(buf), &epoch, &n), TD_EPARSE);
+    ck_assert(strstr(td_err_msg(), "magic"));
+}
+END_TEST
+
+static long long redis_strlen(const char *key)
+{
+    return redis_int("STRLEN %s", key);
+}
+
+static bool strlen_below(void *a)
+{
+    return redis_strlen("t:set:d0") < *(long long *)a;
+}
+
+/* Fencing and upkeep of the set: a set deleted behind the worker's back (a missed lease) is
+ * written again at the next flush; a second process of the same id (a new epoch) owns the set and
+ * the old one's events are neither appended nor published; churn past twice the live set makes
+ * the worker rewrite it compactly. */
+START_TEST(test_set_upkeep)
+{
+    char addr[32];
+    redis_setup(&loop, addr);
+    memset(inventory, -1, sizeof(inventory));
+    mirror_t wm = {0}, rm = {0};
+    memset(rm.tier, -1, sizeof(rm.tier));
+    td_kvredis_opts_t wo = {.addr = addr, .ns = "t", .worker_id = "d0", .epoch = 7,
+                            .on_state = worker_state, .ud = &wm};
+    td_kvredis_opts_t ro = {.addr = addr, .ns = "t", .subscribe = true, .on_events = on_events,
+                            .on_state = on_state, .ud = &rm};
+    td_kvredis_t *router = td_kvredis_new(&loop, &ro);
+    worker = td_kvredis_new(&loop, &wo);
+    want_t w = {&rm, 0, 0, 0, router, 1};
+    ck_assert(run_until(have, &w, 5000));
+    publish(1, 0);
+    w = (want_t){&rm, 0, 1, 1, NULL, 0};
+    ck_assert(run_until(have, &w, 5000));
+    /* the set vanishes (as when its lease lapsed): the next flush finds it gone and the worker
+     * writes its inventory again */
+    ck_assert_int_eq(redis_int("DEL %s", "t:set:d0"), 1);
+    int inv = wm.inventories;
+    publish(2, 2);
+    w = (want_t){&rm, 0, 2, 2, NULL, 0};
+    ck_assert(run_until(have, &w, 5000));
+    ck_assert_int_eq(wm.inventories, inv + 1);
+    ck_assert_int_eq(rm.tier[0][2], 2);
+    /* another process takes the id over with its own inventory (block 9 only) */
+    td_kvredis_t *old = worker;
+    memset(inventory, -1, sizeof(inventory));
+    inventory[9] = 0;
+    mirror_t wm2 = {0};
+    wo.epoch = 8;
+    wo.ud = &wm2;
+    worker = td_kvredis_new(&loop, &wo);
+    w = (want_t){&rm, 0, 1, 1, NULL, 0};
+    ck_assert(run_until(have, &w, 5000));
+    ck_assert_int_eq(rm.tier[0][9], 0);
+    ck_assert_uint_eq(rm.epoch, 8);
+    /* the old process keeps publishing: nothing reaches the set or the routers */
+    td_kvredis_t *cur = worker;
+    worker = old;
+    publish(3, 0);
+    worker = cur;
+    memset(inventory, -1, sizeof(inventory)); /* the new process's inventory: block 9 only */
+    inventory[9] = 0;
+    for (uint64_t end = td_now_ns() + 300000000ull; td_now_ns() < end; usleep(1000))
+        uv_run(&loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(rm.tier[0][3], -1);
+    ck_assert_int_eq(set_blocks("t:set:d0"), 1);
+    ck_assert_int_eq(wm.inventories, inv + 1); /* and it did not fight for the set */
+    td_kvredis_close(old);
+    /* churn: 3000 add/remove pairs of one block (6000 records over a live set of 1-2) pass
+     * 2 x live + 4096, and the worker rewrites the set from its inventory (6000 records would be
+     * 108 KB) */
+    int inv2 = wm2.inventories;
+    for (int i = 0; i < 3000; i++) {
+        publish(10, 0);
+        publish(10, -1);
+        if (i % 100 == 99)
+            for (uint64_t end = td_now_ns() + 2000000ull; td_now_ns() < end; usleep(200))
+                uv_run(&loop, UV_RUN_NOWAIT);
+    }
+    /* bounded: the records since the last rewrite stay under 2 x live + 4096 (plus one batch) */
+    long long small = TD_KVREDIS_SET_HEADER + (4096 + 2 * 2 + 400) * TD_KVREDIS_REC;
+    ck_assert(run_until(strlen_below, &small, 5000));
+    ck_assert_int_gt(wm2.inventories, inv2);
+    w = (want_t){&rm, 0, 1, 1, NULL, 0};
+    ck_assert(run_until(have, &w, 5000));
+    ck_assert_int_eq(rm.tier[0][10], -1);
+    td_kvredis_close(worker);
+    td_kvredis_close(router);
+    loop_finish(&loop);
+    redis_stop();
+}
+END_TEST
+
 START_TEST(test_bad_address)
 {
     uv_loop_init(&loop);
@@ -272,6 +418,8 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_events_resync_restart);
     tcase_add_test(tc, test_lease_epoch);
+    tcase_add_test(tc, test_set_parse);
+    tcase_add_test(tc, test_set_upkeep);
     tcase_add_test(tc, test_bad_address);
     suite_add_tcase(s, tc);
     return td_check_run(s);

@@ -46,9 +46,14 @@ static bool cached_is(void *a)
     return td_kvmirror_cached(p->rt, p->s, p->w) == p->want;
 }
 
+static td_kvredis_t *pub;
+
+/* the publisher's (empty) inventory on connect: its set, which events are appended to */
 static void on_state(bool up, bool need_inventory, void *ud)
 {
-    (void)up, (void)need_inventory, (void)ud;
+    (void)ud;
+    if (up && need_inventory)
+        ck_assert_int_eq(td_kvredis_publish_inventory(pub, NULL, NULL, 0), 0);
 }
 
 START_TEST(test_prefix_and_rotation)
@@ -75,7 +80,7 @@ START_TEST(test_prefix_and_rotation)
     ck_assert_uint_eq(td_kvhash_blocks(toks, 16, 4, &root, h, 4), 4);
     td_kvredis_opts_t po = {.addr = addr, .ns = "tandem:kv", .worker_id = "d0",
                             .on_state = on_state};
-    td_kvredis_t *pub = td_kvredis_new(&loop, &po);
+    pub = td_kvredis_new(&loop, &po);
     ck_assert(run_until((bool (*)(void *))td_kvredis_connected, pub, 5000));
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(td_kvredis_publish(pub, TD_KVREDIS_ADD, 0, &h[i]), 0);
@@ -118,39 +123,76 @@ static bool blocks_are(void *a)
     return td_kvmirror_blocks(c->rt) == c->want;
 }
 
+/* Run the loop as the router does (blocking in poll, no sleeps between iterations) until cond
+ * holds or `ms` pass: a read of megabytes arrives in 16 KiB reads, one per iteration. */
+typedef struct fast_wait {
+    bool (*cond)(void *);
+    void *arg;
+} fast_wait_t;
+
+static void on_check(uv_check_t *h)
+{
+    fast_wait_t *f = h->data;
+    if (f->cond(f->arg))
+        uv_stop(h->loop);
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+    uv_stop(t->loop);
+}
+
+static bool run_until_fast(bool (*cond)(void *), void *arg, int ms)
+{
+    fast_wait_t f = {cond, arg};
+    uv_check_t chk;
+    uv_timer_t deadline;
+    uv_check_init(&loop, &chk);
+    chk.data = &f;
+    uv_check_start(&chk, on_check);
+    uv_timer_init(&loop, &deadline);
+    uv_timer_start(&deadline, on_deadline, (uint64_t)ms, 0);
+    if (!cond(arg))
+        uv_run(&loop, UV_RUN_DEFAULT);
+    uv_close((uv_handle_t *)&chk, NULL);
+    uv_close((uv_handle_t *)&deadline, NULL);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    return cond(arg);
+}
+
 /* 1M blocks over 8 workers written straight into Redis, then a router starts and mirrors them. */
 START_TEST(test_rebuild_1m)
 {
-    enum { WORKERS = 8, PER = 125000, BATCH = 1000 };
+    enum { WORKERS = 8, PER = 125000 };
     redis_port = free_port();
     redis_start();
     redisContext *c = redisConnect("127.0.0.1", redis_port);
     ck_assert(c && !c->err);
-    static const char *argv[2 + 2 * BATCH];
-    static size_t lens[2 + 2 * BATCH];
-    static td_kvhash_t hs[BATCH];
-    uint8_t tier = 0;
+    /* each worker's set as its publisher writes it: the header, then one add per block */
+    static uint8_t set[TD_KVREDIS_SET_HEADER + PER * TD_KVREDIS_REC];
     for (int wk = 0; wk < WORKERS; wk++) {
-        char key[64];
-        snprintf(key, sizeof(key), "tandem:kv:holders:d%d", wk);
-        for (int b = 0; b < PER / BATCH; b++) {
-            argv[0] = "HSET", lens[0] = 4;
-            argv[1] = key, lens[1] = strlen(key);
-            for (int i = 0; i < BATCH; i++) {
-                uint64_t v = ((uint64_t)wk << 40) | (uint64_t)(b * BATCH + i);
-                uint64_t mix = v + 0x9E3779B97F4A7C15ull; /* splitmix64: uniform, like XXH3 */
-                mix = (mix ^ (mix >> 30)) * 0xBF58476D1CE4E5B9ull;
-                mix = (mix ^ (mix >> 27)) * 0x94D049BB133111EBull;
-                mix ^= mix >> 31;
-                memcpy(hs[i].b, &mix, 8);
-                memcpy(hs[i].b + 8, &v, 8);
-                argv[2 + 2 * i] = (const char *)hs[i].b, lens[2 + 2 * i] = 16;
-                argv[3 + 2 * i] = (const char *)&tier, lens[3 + 2 * i] = 1;
-            }
-            redisReply *r = redisCommandArgv(c, 2 + 2 * BATCH, argv, lens);
-            ck_assert(r && r->type == REDIS_REPLY_INTEGER);
-            freeReplyObject(r);
+        char key[64], id[16];
+        snprintf(key, sizeof(key), "tandem:kv:set:d%d", wk);
+        snprintf(id, sizeof(id), "d%d", wk);
+        td_kvredis_set_header(set, 1000 + (uint64_t)wk);
+        for (int i = 0; i < PER; i++) {
+            uint8_t *p = set + TD_KVREDIS_SET_HEADER + (size_t)i * TD_KVREDIS_REC;
+            uint64_t v = ((uint64_t)wk << 40) | (uint64_t)i;
+            uint64_t mix = v + 0x9E3779B97F4A7C15ull; /* splitmix64: uniform, like XXH3 */
+            mix = (mix ^ (mix >> 30)) * 0xBF58476D1CE4E5B9ull;
+            mix = (mix ^ (mix >> 27)) * 0x94D049BB133111EBull;
+            mix ^= mix >> 31;
+            p[0] = TD_KVREDIS_ADD;
+            p[1] = 0;
+            memcpy(p + 2, &mix, 8);
+            memcpy(p + 10, &v, 8);
         }
+        redisReply *r = redisCommand(c, "SET %s %b", key, set, sizeof(set));
+        ck_assert(r && r->type == REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        r = redisCommand(c, "SADD tandem:kv:workers %s", id);
+        ck_assert(r && r->type == REDIS_REPLY_INTEGER);
+        freeReplyObject(r);
     }
     redisFree(c);
     char addr[32];
@@ -160,7 +202,7 @@ START_TEST(test_rebuild_1m)
     uint64_t t0 = td_now_ns();
     router_start(&rt, addr);
     count_probe_t cp = {&rt, (size_t)WORKERS * PER};
-    ck_assert(run_until(blocks_are, &cp, 30000));
+    ck_assert(run_until_fast(blocks_are, &cp, 30000));
     double ms = (double)(td_now_ns() - t0) / 1e6;
     printf("KV index mirror: %zu blocks of %d workers rebuilt from Redis in %.0f ms\n", cp.want,
            WORKERS, ms);

@@ -2,6 +2,7 @@
  * kv_aware's cache affinity, its imbalance guard, and its least_loaded order without an index. */
 #include "placement.h"
 #include "td_error.h"
+#include "td_util.h"
 #include "td_check.h"
 
 #include <check.h>
@@ -223,8 +224,79 @@ START_TEST(test_kv_aware_guard)
     /* loads equal but for one request in flight: no imbalance, the holder keeps its affinity */
     td_place_heartbeat(&d[0], 0, 0, 100, 100, false);
     td_place_heartbeat(&d[1], 0, 1, 100, 100, false);
-    d[1].pending_seqs = 1;
     ck_assert_int_eq(td_place_decode_prompt(&p, d, 2, 10, 1000, 0), 1);
+}
+END_TEST
+
+/* A burst sharing one hot prefix held by decode worker 0 (each of its requests computes only a
+ * short suffix, so its time estimate stays low): the sequence guard keeps it within 1.5x the
+ * mean, and it still takes its share; with the guard off it takes most of them. */
+START_TEST(test_kv_aware_hot_prefix)
+{
+    for (int guard = 1; guard >= 0; guard--) {
+        td_placer_t p;
+        td_placer_init(&p, TD_PLACE_KV_AWARE, NULL, 1);
+        td_place_kv_t kv = {.s_per_token = 50e-6, .seq_s = 2e-3,
+                            .imbalance = guard ? 1.5 : 1000};
+        td_placer_set_kv(&p, &kv);
+        td_place_load_t d[3];
+        fleet(d, 3);
+        for (int k = 0; k < 3; k++) {
+            td_place_heartbeat(&d[k], 0, 0, 1000, 1000, false);
+            d[k].local = true;
+        }
+        int got[3] = {0};
+        for (int r = 0; r < 24; r++) {
+            d[0].cached_tokens = 192;
+            int i = td_place_decode_prompt(&p, d, 3, 14, 208, 0);
+            ck_assert_int_ge(i, 0);
+            got[i]++;
+        }
+        int max = TD_MAX(got[0], TD_MAX(got[1], got[2]));
+        if (guard) {
+            ck_assert_msg(max <= 12, "placed %d %d %d", got[0], got[1], got[2]);
+            ck_assert_int_ge(got[0], 8);
+        } else {
+            ck_assert_int_gt(got[0], 12);
+        }
+    }
+}
+END_TEST
+
+/* A prefix held on disk counts, but less than one held in the pool: its load costs the worker's
+ * measured seconds per token (at most its prefill cost), half the prefill cost until measured. */
+START_TEST(test_kv_aware_disk_tier)
+{
+    td_placer_t p;
+    td_placer_init(&p, TD_PLACE_KV_AWARE, NULL, 1);
+    td_place_kv_t kv = {.s_per_token = 100e-6, .seq_s = 2e-3, .imbalance = 1.5};
+    td_placer_set_kv(&p, &kv);
+    td_place_load_t pf[3];
+    fleet(pf, 3);
+    for (int r = 0; r < 4; r++) {
+        for (int k = 0; k < 3; k++)
+            td_place_heartbeat(&pf[k], 0, 0, 0, 0, false);
+        /* 0 holds 800 of 1000 tokens on disk, 1 holds 600 in its pool, 2 nothing: 0 costs
+         * 200 + 800 x 0.5 = 600 token-times, 1 costs 400 */
+        pf[0].cached_tokens = pf[0].cached_slow_tokens = 800;
+        pf[1].cached_tokens = 600;
+        pf[1].cached_slow_tokens = 0;
+        pf[2].cached_tokens = 0;
+        ck_assert_int_eq(td_place_prefill(&p, pf, 3, 1000), 1);
+        /* measured cheap loads (10 us a token): 200 + 80 beats 400 */
+        td_place_heartbeat(&pf[1], 0, 0, 0, 0, false);
+        pf[0].slow_s_per_token = 10e-6;
+        ck_assert_int_eq(td_place_prefill(&p, pf, 3, 1000), 0);
+        /* loads measured dearer than computing cost no more than computing: disk-only worker
+         * ties with the empty one, never loses to it */
+        for (int k = 0; k < 3; k++)
+            td_place_heartbeat(&pf[k], 0, 0, 0, 0, false);
+        pf[0].slow_s_per_token = 1;
+        pf[1].cached_tokens = 0;
+        double t0 = td_place_prefill_ttft(&p, &pf[0], 1000), t2 = td_place_prefill_ttft(&p, &pf[2], 1000);
+        ck_assert(t0 <= t2 + 1e-12);
+        pf[0].slow_s_per_token = 0;
+    }
 }
 END_TEST
 
@@ -267,6 +339,8 @@ int main(void)
     tcase_add_test(tc, test_least_loaded_ties_rotate);
     tcase_add_test(tc, test_kv_aware_affinity);
     tcase_add_test(tc, test_kv_aware_guard);
+    tcase_add_test(tc, test_kv_aware_disk_tier);
+    tcase_add_test(tc, test_kv_aware_hot_prefix);
     tcase_add_test(tc, test_kv_aware_no_index);
     suite_add_tcase(s, tc);
     return td_check_run(s);
