@@ -91,9 +91,9 @@ START_TEST(test_hint_rule)
             .addr = addr, .ns = "tandem:kv", .worker_id = w[i].id, .on_state = on_state};
         pub[i] = td_kvredis_new(&loop, &po);
         ck_assert(loop_run_until(&loop, (bool (*)(void *))td_kvredis_connected, pub[i], 5000));
-        for (int b = 0; b < held[i]; b++)
-            ck_assert_int_eq(
-                td_kvredis_publish(pub[i], TD_KVREDIS_ADD, 0, i == OTHER ? &h2[b] : &h[b]), 0);
+        const uint8_t tiers[5] = {0}; /* pool */
+        ck_assert_int_eq(
+            td_kvredis_publish_inventory(pub[i], tiers, i == OTHER ? h2 : h, (size_t)held[i]), 0);
     }
     for (int i = 0; i < N; i++) {
         probe_t pr = {&rt, &s, &w[i], (uint64_t)held[i] * 4};
