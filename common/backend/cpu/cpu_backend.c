@@ -11,7 +11,7 @@
 
 #define SCRATCH_FLOATS                                                                             \
     65536             /* per-thread dequantisation buffer: rows are converted in chunks;           \
-                        a multiple of 2 x 128 so chunks keep Q8_0 and FP8 blocks whole */
+                        a multiple of 2 x 256 so chunks keep every block format's blocks whole */
 #define MAX_HEAD TD_CPU_MAX_HEAD /* largest head width / latent rank attention accumulates */
 
 typedef struct cpu {
@@ -201,7 +201,8 @@ static const float *row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t 
 {
     const uint8_t *row =
         (const uint8_t *)W->data + (size_t)r * td_dtype_row_bytes(W->dtype, W->cols);
-    /* chunks keep Q8_0 (32) and FP8 (128) blocks whole: the chunk length is a multiple of 128 */
+    /* chunks keep every block whole (Q8_0, Q4_0: 32; FP8: 128; Q4_K, Q6_K: 256): the chunk
+     * length is a multiple of 256 */
     const uint8_t *at = row + td_dtype_row_bytes(W->dtype, c0);
     switch (W->dtype) {
     case TD_DTYPE_F32:
@@ -215,6 +216,13 @@ static const float *row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t 
     case TD_DTYPE_Q8_0:
         q8_0_row(at, n, buf);
         return buf;
+    case TD_DTYPE_Q4_0:
+    case TD_DTYPE_Q4_K:
+    case TD_DTYPE_Q6_K: { /* llama.cpp's 4- and 6-bit blocks: the model's converter */
+        td_mat_t sub = {W->dtype, 1, n, at, NULL, 0, 0};
+        td_mat_row_f32(&sub, 0, buf);
+        return buf;
+    }
     default: {
         td_mat_t sub = *W; /* F8: the model's converter with this chunk's scales */
         sub.cols = n;
