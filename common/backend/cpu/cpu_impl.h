@@ -2,6 +2,8 @@
 #ifndef TD_CPU_IMPL_H
 #define TD_CPU_IMPL_H
 
+#include "td_model.h"
+
 #include <stdint.h>
 
 /* Hot kernels are compiled twice, for x86-64-v3 (AVX2, FMA) and the baseline, and picked at load
@@ -35,5 +37,9 @@ void td_cpu_pool_free(td_cpu_pool_t *p);
 void td_cpu_pool_run(td_cpu_pool_t *p, int64_t n, td_cpu_job_fn fn, void *ctx);
 
 float td__cpu_dot(const float *a, const float *b, int64_t n);
+
+/* Columns [c0, c0 + n) of row r of W as fp32 (cpu_dequant.c): a pointer into W's data for F32,
+ * else buf[n] filled. c0 and n keep every block whole (multiples of 256 but for the row's end). */
+const float *td__cpu_row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, float *buf);
 
 #endif
