@@ -163,6 +163,12 @@ static void mm_rows(void *arg, int64_t r0, int64_t r1, int tid)
         bool pair = step == 2 && r + 1 < r1;
         for (int64_t c0 = 0; c0 < W->cols; c0 += chunk) {
             int64_t n = TD_MIN(chunk, W->cols - c0), t = 0;
+            float o1;
+            /* one token: straight from the blocks where a kernel exists (the same sum) */
+            if (j->T == 1 && td__cpu_dot_row(W, r, c0, n, j->x + c0, &o1)) {
+                put(j, 0, r, c0, o1);
+                continue;
+            }
             const float *w0 = td__cpu_row_chunk(W, r, c0, n, buf);
             const float *w1 = pair ? td__cpu_row_chunk(W, r + 1, c0, n, buf + chunk) : NULL;
             for (; t + 4 <= j->T; t += 4) {

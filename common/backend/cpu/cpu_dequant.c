@@ -210,3 +210,76 @@ const float *td__cpu_row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t
     }
 }
 
+
+/* ---------- one row against one token, straight from the stored blocks ---------- */
+
+/* The same sum as the matmul's one-row kernel over the dequantised row: one 8-lane accumulator
+ * over 8-value steps, then the lanes in kern_1x1's fixed tree (n is a multiple of 32, so no
+ * scalar tail), each weight the same fp32 value td__cpu_row_chunk would have stored. */
+static inline float lanes(v8f v)
+{
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+static inline v8f ld8(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+typedef int8_t v8i8 __attribute__((vector_size(8)));
+
+TD_CPU_KERNEL static float dot_q8_0(const uint8_t *w, const float *x, int64_t n)
+{
+    v8f a = {0};
+    for (int64_t b = 0; b < n / 32; b++, w += 34, x += 32) {
+        float d = f16_at(w);
+        v8f dv = {d, d, d, d, d, d, d, d};
+        for (int k = 0; k < 4; k++) {
+            v8i8 q;
+            memcpy(&q, w + 2 + 8 * k, 8);
+            a += (dv * __builtin_convertvector(q, v8f)) * ld8(x + 8 * k);
+        }
+    }
+    return lanes(a);
+}
+
+#ifdef TD_CPU_F16C
+__attribute__((target("avx,f16c"))) static float dot_f16_f16c(const uint8_t *w, const float *x,
+                                                               int64_t n)
+{
+    __m256 a = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8)
+        a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+                                               (const __m128i *)(w + 2 * i))),
+                                           _mm256_loadu_ps(x + i)));
+    v8f v;
+    memcpy(&v, &a, sizeof(v));
+    return lanes(v);
+}
+#endif
+
+bool td__cpu_dot_row(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, const float *x,
+                     float *out)
+{
+    if (n % 32)
+        return false;
+    const uint8_t *at = (const uint8_t *)W->data +
+                        (size_t)r * td_dtype_row_bytes(W->dtype, W->cols) +
+                        td_dtype_row_bytes(W->dtype, c0);
+    switch (W->dtype) {
+    case TD_DTYPE_Q8_0:
+        *out = dot_q8_0(at, x, n);
+        return true;
+#ifdef TD_CPU_F16C
+    case TD_DTYPE_F16:
+        if (!__builtin_cpu_supports("f16c"))
+            return false;
+        *out = dot_f16_f16c(at, x, n);
+        return true;
+#endif
+    default:
+        return false;
+    }
+}

@@ -2,7 +2,7 @@
  * token by token gives the same logits; a mixed batch gives what each sequence gives alone; block
  * sizes agree; the same weights in every supported file form (safetensors F32/F16/BF16/FP8,
  * sharded, fused experts; GGUF F32/Q8_0) give the same logits; chunking and batching stay bitwise
- * invariant on llama.cpp's block formats too (mkmodel's Q4_K_M and Q4_0 GGUF copies); the KV
+ * invariant on llama.cpp's block formats too (mkmodel's Q4_K_M, Q4_0, Q8_0 and F16 GGUF copies); the KV
  * layout fingerprint. */
 #include "model_fixture.h"
 #include "td_engine.h"
@@ -223,14 +223,17 @@ START_TEST(test_batch_mixed)
 }
 END_TEST
 
-/* The block formats (Q4_K_M: Q4_K and Q6_K, with Q4_0 / Q8_0 on the short rows; Q4_0) keep the
- * bitwise invariants: the dequantised values do not depend on which kernel reads them. */
+/* The block formats (Q4_K_M: Q4_K and Q6_K, with Q4_0 / Q8_0 on the short rows; Q4_0; Q8_0) and
+ * F16 GGUF keep the bitwise invariants: the values do not depend on which kernel reads them (one
+ * token's Q8_0 / F16 rows are summed straight from the stored data, more tokens' from a
+ * dequantised copy). */
 START_TEST(test_quant_invariant)
 {
     const td_modelgen_arch_t archs[] = {TD_MODELGEN_LLAMA, TD_MODELGEN_DEEPSEEK_V3};
-    const td_modelgen_dtype_t types[] = {TD_MODELGEN_Q4_K_M, TD_MODELGEN_Q4_0};
+    const td_modelgen_dtype_t types[] = {TD_MODELGEN_Q4_K_M, TD_MODELGEN_Q4_0, TD_MODELGEN_Q8_0,
+                                         TD_MODELGEN_F16};
     for (int a = 0; a < 2; a++)
-        for (int t = 0; t < 2; t++) {
+        for (int t = 0; t < 4; t++) {
             char dir[512], path[600];
             snprintf(dir, sizeof(dir), "%s/quant_%d_%d", tmpdir, a, t);
             td_modelgen_opts_t o = {.arch = archs[a], .preset = TD_MODELGEN_SMALL, .seed = 9,
