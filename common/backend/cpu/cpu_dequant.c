@@ -228,24 +228,27 @@ static inline v8f ld8(const float *p)
     return v;
 }
 
-typedef int8_t v8i8 __attribute__((vector_size(8)));
-
-TD_CPU_KERNEL static float dot_q8_0(const uint8_t *w, const float *x, int64_t n)
+#ifdef TD_CPU_F16C
+/* AVX2 widening by hand: GCC turns the generic int8 -> float vector conversion into scalars. */
+__attribute__((target("avx2,f16c"))) static float dot_q8_0_avx2(const uint8_t *w, const float *x,
+                                                                 int64_t n)
 {
-    v8f a = {0};
+    __m256 a = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++, w += 34, x += 32) {
-        float d = f16_at(w);
-        v8f dv = {d, d, d, d, d, d, d, d};
+        uint16_t h;
+        memcpy(&h, w, 2);
+        __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
         for (int k = 0; k < 4; k++) {
-            v8i8 q;
-            memcpy(&q, w + 2 + 8 * k, 8);
-            a += (dv * __builtin_convertvector(q, v8f)) * ld8(x + 8 * k);
+            __m256 q = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(w + 2 + 8 * k))));
+            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_mul_ps(d, q), _mm256_loadu_ps(x + 8 * k)));
         }
     }
-    return lanes(a);
+    v8f v;
+    memcpy(&v, &a, sizeof(v));
+    return lanes(v);
 }
 
-#ifdef TD_CPU_F16C
 __attribute__((target("avx,f16c"))) static float dot_f16_f16c(const uint8_t *w, const float *x,
                                                                int64_t n)
 {
@@ -269,10 +272,12 @@ bool td__cpu_dot_row(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, const 
                         (size_t)r * td_dtype_row_bytes(W->dtype, W->cols) +
                         td_dtype_row_bytes(W->dtype, c0);
     switch (W->dtype) {
-    case TD_DTYPE_Q8_0:
-        *out = dot_q8_0(at, x, n);
-        return true;
 #ifdef TD_CPU_F16C
+    case TD_DTYPE_Q8_0:
+        if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c"))
+            return false;
+        *out = dot_q8_0_avx2(at, x, n);
+        return true;
     case TD_DTYPE_F16:
         if (!__builtin_cpu_supports("f16c"))
             return false;
