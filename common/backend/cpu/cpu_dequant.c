@@ -216,16 +216,9 @@ const float *td__cpu_row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t
 /* The same sum as the matmul's one-row kernel over the dequantised row: one 8-lane accumulator
  * over 8-value steps, then the lanes in kern_1x1's fixed tree (n is a multiple of 32, so no
  * scalar tail), each weight the same fp32 value td__cpu_row_chunk would have stored. */
-static inline float lanes(v8f v)
+static inline float lanes(const float v[8])
 {
     return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-}
-
-static inline v8f ld8(const float *p)
-{
-    v8f v;
-    memcpy(&v, p, sizeof(v));
-    return v;
 }
 
 #ifdef TD_CPU_F16C
@@ -244,8 +237,8 @@ __attribute__((target("avx2,f16c"))) static float dot_q8_0_avx2(const uint8_t *w
             a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_mul_ps(d, q), _mm256_loadu_ps(x + 8 * k)));
         }
     }
-    v8f v;
-    memcpy(&v, &a, sizeof(v));
+    float v[8]; /* by pointer: a vector argument would cross the AVX / non-AVX ABI unoptimised */
+    _mm256_storeu_ps(v, a);
     return lanes(v);
 }
 
@@ -257,8 +250,8 @@ __attribute__((target("avx,f16c"))) static float dot_f16_f16c(const uint8_t *w, 
         a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(
                                                (const __m128i *)(w + 2 * i))),
                                            _mm256_loadu_ps(x + i)));
-    v8f v;
-    memcpy(&v, &a, sizeof(v));
+    float v[8]; /* by pointer: a vector argument would cross the AVX / non-AVX ABI unoptimised */
+    _mm256_storeu_ps(v, a);
     return lanes(v);
 }
 #endif
