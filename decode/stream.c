@@ -35,9 +35,7 @@ static void send_tokens(td_worker_t *w, td_wk_seq_t *s, int n, const td_sample_t
     if (fin != TD_FINISH_NONE) {
         c.finish = fin == TD_FINISH_STOP ? TANDEM__FINISH__FINISH_STOP
                                          : TANDEM__FINISH__FINISH_LENGTH;
-        c.prompt_tokens = (uint32_t)s->n_prompt;
-        c.cached_tokens = (uint32_t)s->cached_tokens;
-        c.completion_tokens = (uint32_t)(s->n_toks - s->n_prompt);
+        td_wk_seq_usage(s, &c.prompt_tokens, &c.completion_tokens, &c.cached_tokens);
         c.error = "";
     }
     Tandem__Frame f = TANDEM__FRAME__INIT;

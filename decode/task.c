@@ -16,6 +16,12 @@ void td_decode_on_task(td_worker_t *w, td_wk_router_t *rt, const Tandem__Frame *
         td_wk_send_error(rt, t->request_id, code, td_err_msg());
         return;
     }
+    if (td_wk_seq_resume(w, s, t->generated, t->sampling)) {
+        td_wk_send_error(rt, t->request_id, TD_EINVAL, td_err_msg());
+        s->state = TD_WK_PREFILL; /* nothing reserved: free at once */
+        td_wk_seq_kill(w, s);
+        return;
+    }
     Tandem__DecodeAccept acc = TANDEM__DECODE_ACCEPT__INIT;
     acc.request_id = t->request_id;
     acc.worker_request_id = s->id;

@@ -148,6 +148,15 @@ void td_prefill_prefilled(td_worker_t *w, td_wk_seq_t *s, const td_sample_t *fir
     note.total_blocks = (uint32_t)(s->sent + (s->n_dst - s->pushed));
     s->state = TD_WK_PUSHING;
     s->t_final = td_now_s();
+    /* tell the router the prompt is done: only the handoff remains */
+    Tandem__PrefillDone d = TANDEM__PREFILL_DONE__INIT;
+    d.request_id = s->req;
+    d.computed = true;
+    d.message = "";
+    Tandem__Frame f = TANDEM__FRAME__INIT;
+    f.body_case = TANDEM__FRAME__BODY_PREFILL_DONE;
+    f.prefill_done = &d;
+    td_wk_send(s, &f);
     int rc = push_blocks(w, s, s->n_dst, &note);
     if (rc)
         td_wk_seq_fail(w, s, rc, td_err_msg());

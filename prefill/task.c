@@ -1,5 +1,6 @@
-/* task.c: a PrefillTask: admit the prompt, check the decode worker's block list, connect to the
- * decode worker's data plane, and queue the prompt for the scheduler. */
+/* task.c: a PrefillTask: admit the prompt (its cached prefix, and the blocks the router's fetch
+ * hint says another worker holds), check the decode worker's block list, connect to the decode
+ * worker's data plane, and queue the prompt for the scheduler. */
 #include "prefill.h"
 #include "td_error.h"
 #include "td_util.h"
@@ -19,6 +20,10 @@ void td_prefill_on_task(td_worker_t *w, td_wk_router_t *rt, const Tandem__Frame 
         return;
     }
     s->state = TD_WK_PREFILL;
+    if (td_wk_seq_resume(w, s, t->generated, t->sampling)) {
+        td_wk_seq_fail(w, s, TD_EINVAL, td_err_msg());
+        return;
+    }
     int need = (s->n_prompt + w->layout.block_size - 1) / w->layout.block_size;
     if ((int)t->n_dst_blocks != need) {
         char msg[128];
@@ -37,6 +42,8 @@ void td_prefill_on_task(td_worker_t *w, td_wk_router_t *rt, const Tandem__Frame 
     s->dst_req = t->decode_request_id;
     /* the cached prefix, leaving at least the last token to compute (its logits) */
     td_wk_cache_admit(w, s, s->n_prompt - 1);
+    /* what another worker holds beyond that, when the router found one (fetch.c) */
+    td_wk_fetch_start(w, s, t->fetch);
     int rc = td_kvx_connect(w->kvx, t->decode_blob.data, t->decode_blob.len, &s->peer);
     if (rc) {
         char msg[256];

@@ -11,6 +11,8 @@
 /* Parse state: the error's parameter name travels with the code. */
 typedef struct ctx {
     const char *param;
+    const char *body; /* the request body, for echoing a number json-c saturated */
+    size_t len;
 } ctx_t;
 
 static int fail(ctx_t *c, const char *param, int code, const char *fmt, ...)
@@ -48,6 +50,37 @@ static const char *type_name(json_object *v)
     return "?";
 }
 
+/* The number literal of `key` as written in the body (json-c saturates integers beyond 64 bits,
+ * so an error would otherwise echo INT64_MAX), into out; false when not found. The first
+ * `"key"` (not inside a string: not after a backslash) followed by ':' and a number wins. */
+static bool raw_number(const ctx_t *c, const char *key, char *out, size_t n)
+{
+    size_t kl = strlen(key);
+    if (!c->body)
+        return false;
+    for (const char *p = c->body, *end = c->body + c->len; p + kl + 2 <= end; p++) {
+        if (*p != '"' || (p > c->body && p[-1] == '\\') || memcmp(p + 1, key, kl) != 0 ||
+            p[kl + 1] != '"')
+            continue;
+        const char *q = p + kl + 2;
+        while (q < end && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'))
+            q++;
+        if (q >= end || *q++ != ':')
+            continue;
+        while (q < end && (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'))
+            q++;
+        size_t l = 0;
+        while (q + l < end && l + 1 < n && q[l] && strchr("+-0123456789.eE", q[l]))
+            l++;
+        if (!l || (q + l < end && q[l] && strchr("+-0123456789.eE", q[l])))
+            continue; /* not a number, or longer than out */
+        memcpy(out, q, l);
+        out[l] = '\0';
+        return true;
+    }
+    return false;
+}
+
 /* Integers may be written as 16 or 16.0 (as Python clients sometimes send), never 16.5. */
 static int get_int(ctx_t *c, json_object *o, const char *key, int64_t lo, int64_t hi, bool *set,
                    int64_t *out)
@@ -67,6 +100,14 @@ static int get_int(ctx_t *c, json_object *o, const char *key, int64_t lo, int64_
     } else {
         return fail(c, key, TD_EINVAL, "'%s' must be an integer, got %s", key, type_name(v));
     }
+    char raw[64];
+    if ((x == INT64_MAX || x == INT64_MIN) && (x > hi || x < lo) &&
+        raw_number(c, key, raw, sizeof(raw)))
+        return fail(c, key, TD_EINVAL, "'%s' must be in [%lld, %lld], got %s", key,
+                    (long long)lo, (long long)hi, raw);
+    if ((x == INT64_MAX || x == INT64_MIN) && (x > hi || x < lo))
+        return fail(c, key, TD_EINVAL, "'%s' must be in [%lld, %lld], got a number beyond 64 bits",
+                    key, (long long)lo, (long long)hi);
     if (x < lo || x > hi)
         return fail(c, key, TD_EINVAL, "'%s' must be in [%lld, %lld], got %lld", key,
                     (long long)lo, (long long)hi, (long long)x);
@@ -466,7 +507,7 @@ int td_api_parse_object(const char *body, size_t len, json_object **out)
 int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_request_t *out,
                  const char **param)
 {
-    ctx_t c = {NULL};
+    ctx_t c = {NULL, body, len};
     memset(out, 0, sizeof(*out));
     out->kind = kind;
     out->max_tokens = -1;

@@ -4,6 +4,8 @@
  * response.c. */
 #include "router.h"
 
+#include "auth.h"
+#include "http_impl.h"
 #include "td_error.h"
 #include "td_frame.h"
 #include "td_log.h"
@@ -19,13 +21,15 @@
 /* One logprob record of a generated token, strings in the choice's arena. */
 typedef struct hlp {
     size_t tok_off, tok_len; /* token text in arena */
+    size_t raw_off, raw_len; /* its raw bytes in arena (may end inside a UTF-8 character) */
     size_t text_offset;      /* bytes of choice text before the token */
     double logprob;
     size_t top_start, n_top; /* [top_start, top_start + n_top) in tops */
 } hlp_t;
 
 typedef struct htop {
-    size_t off, len; /* alternative's text in arena */
+    size_t off, len;         /* alternative's text in arena */
+    size_t raw_off, raw_len; /* its raw bytes in arena */
     double logprob;
 } htop_t;
 
@@ -56,96 +60,15 @@ typedef struct hjob {
     size_t *echo_len;
     td_buf_t out; /* stream bytes to write on the next flush */
     bool canceled;
+    td_http_grant_t grant; /* what a keyed request's admission charged (http_access.c) */
 } hjob_t;
 
 #define MAX_SEQS (TD_API_MAX_N * 16)
 
-/* ---- errors -------------------------------------------------------------------------------- */
-
-static const char *openai_type(int status)
-{
-    switch (status) {
-    case 400:
-        return "invalid_request_error";
-    case 401:
-        return "authentication_error";
-    case 404:
-        return "not_found_error";
-    case 405:
-        return "invalid_request_error";
-    case 413:
-        return "invalid_request_error";
-    case 503:
-        return "service_unavailable_error";
-    case 504:
-        return "timeout_error";
-    default:
-        return "server_error";
-    }
-}
-
-static const char *anthropic_type(int status)
-{
-    switch (status) {
-    case 400:
-        return "invalid_request_error";
-    case 401:
-        return "authentication_error";
-    case 404:
-        return "not_found_error";
-    case 413:
-        return "request_too_large";
-    case 503:
-        return "overloaded_error";
-    case 504:
-        return "timeout_error";
-    default:
-        return "api_error";
-    }
-}
-
-/* Answer an error in the API's own shape (Anthropic for /v1/messages, else OpenAI). */
-static void respond_error(td_http_req_t *r, td_api_kind_t kind, int status, const char *param,
-                          const char *code, const char *msg)
-{
-    if (status == 503)
-        td_http_add_header(r, "Retry-After", "1");
-    if (kind != TD_API_MESSAGES) {
-        td_http_respond_error(r, status, openai_type(status), param, code, "%s", msg);
-        return;
-    }
-    td_buf_t b;
-    td_buf_init(&b);
-    td_buf_append_str(&b, "{\"type\":\"error\",\"error\":{\"type\":\"");
-    td_buf_append_str(&b, anthropic_type(status));
-    td_buf_append_str(&b, "\",\"message\":");
-    td_buf_append_json_string(&b, msg, strlen(msg));
-    td_buf_append_str(&b, "}}");
-    if (b.data)
-        td_http_respond(r, status, "application/json", b.data, b.len);
-    else
-        td_http_respond(r, 500, "text/plain", "out of memory", 13);
-    td_buf_free(&b);
-}
-
-/* Whether the request carries the API key (when one is configured); answers 401 if not. */
 static bool authorized(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind)
 {
-    const char *key = rt->cfg.api_key;
-    if (!key || !*key)
-        return true;
-    size_t klen = strlen(key), len;
-    const char *h = td_http_header(r, "authorization", &len);
-    if (h && len == 7 + klen && strncasecmp(h, "Bearer ", 7) == 0 &&
-        td_auth_equal((const uint8_t *)h + 7, (const uint8_t *)key, klen))
-        return true;
-    h = td_http_header(r, "x-api-key", &len);
-    if (h && len == klen && td_auth_equal((const uint8_t *)h, (const uint8_t *)key, klen))
-        return true;
-    respond_error(r, kind, 401, NULL, "invalid_api_key",
-                  "Incorrect or missing API key: send it as 'Authorization: Bearer KEY' or "
-                  "'x-api-key: KEY'");
-    return false;
+    td_apikey_t *k;
+    return td__http_authorized(rt, r, kind, &k);
 }
 
 static bool method_is(td_http_req_t *r, const char *m, td_api_kind_t kind)
@@ -155,14 +78,23 @@ static bool method_is(td_http_req_t *r, const char *m, td_api_kind_t kind)
     td_http_add_header(r, "Allow", m);
     char msg[64];
     snprintf(msg, sizeof(msg), "Method not allowed: use %s", m);
-    respond_error(r, kind, 405, NULL, NULL, msg);
+    td__http_error(r, kind, 405, NULL, NULL, msg);
     return false;
 }
 
 /* ---- job events ---------------------------------------------------------------------------- */
 
+static void usage_of(const hjob_t *h, td_resp_usage_t *u);
+
 static void hjob_free(hjob_t *h)
 {
+    if (h->grant.use) {
+        td_resp_usage_t u = {0};
+        if (h->job)
+            usage_of(h, &u);
+        td__http_grant_end(h->rt, &h->grant,
+                           (uint64_t)u.prompt_tokens + (uint64_t)u.completion_tokens);
+    }
     for (size_t i = 0; i < h->n_seqs; i++) {
         td_buf_free(&h->ch[i].arena);
         free(h->ch[i].lp);
@@ -197,6 +129,10 @@ static int record_lp(hjob_t *h, hchoice_t *c, int32_t id, const Tandem__TokenLog
     if (rc)
         return rc;
     r->tok_len = c->arena.len - r->tok_off;
+    r->raw_off = c->arena.len;
+    if ((rc = td_tokenizer_token_bytes(h->rt->tok, id, &c->arena)) != 0)
+        return rc;
+    r->raw_len = c->arena.len - r->raw_off;
     r->text_offset = c->text_len;
     r->logprob = lp->logprob;
     r->top_start = c->n_tops;
@@ -217,6 +153,10 @@ static int record_lp(hjob_t *h, hchoice_t *c, int32_t id, const Tandem__TokenLog
         if (td_router_token_text(h->rt, lp->top_ids[i], &c->arena) != 0)
             td_buf_append_str(&c->arena, "");
         tp->len = c->arena.len - tp->off;
+        tp->raw_off = c->arena.len;
+        if (td_tokenizer_token_bytes(h->rt->tok, lp->top_ids[i], &c->arena) != 0)
+            td_buf_append_str(&c->arena, "");
+        tp->raw_len = c->arena.len - tp->raw_off;
         tp->logprob = lp->top_logprobs[i];
         r->n_top++;
     }
@@ -242,15 +182,44 @@ static td_resp_logprob_t *lp_views(const hchoice_t *c, size_t from, size_t to, t
     size_t k = 0;
     for (size_t i = from; i < to; i++) {
         const hlp_t *r = &c->lp[i];
-        v[i - from] = (td_resp_logprob_t){
-            c->arena.data + r->tok_off, r->tok_len, r->text_offset, r->logprob, &t[k], r->n_top};
+        v[i - from] = (td_resp_logprob_t){c->arena.data + r->tok_off,
+                                          r->tok_len,
+                                          r->text_offset,
+                                          r->logprob,
+                                          &t[k],
+                                          r->n_top,
+                                          c->arena.data + r->raw_off,
+                                          r->raw_len};
         for (size_t q = 0; q < r->n_top; q++) {
             const htop_t *tp = &c->tops[r->top_start + q];
-            t[k++] = (td_resp_top_t){c->arena.data + tp->off, tp->len, tp->logprob};
+            t[k++] = (td_resp_top_t){c->arena.data + tp->off, tp->len, tp->logprob,
+                                     c->arena.data + tp->raw_off, tp->raw_len};
         }
     }
     *tops = t;
     return v;
+}
+
+static void write_out(hjob_t *h);
+static void on_stream_cancel(td_http_stream_t *st, void *ud);
+
+/* A streaming request's response starts at its first event (the echoed prompt first). Returns
+ * whether there is a stream to write to (false for a whole answer, or when the start failed:
+ * then the job is aborted and answered with an error). */
+static bool stream_open(hjob_t *h)
+{
+    if (h->st || !h->api.stream || h->canceled)
+        return h->st != NULL;
+    h->st = td_http_stream_start(h->req, 200, "text/event-stream", on_stream_cancel, h);
+    if (!h->st) {
+        h->canceled = true;
+        td_job_abort(h->job, 500, "out of memory");
+        return false;
+    }
+    size_t n = (size_t)(h->api.n > 0 ? h->api.n : 1);
+    for (size_t i = 0; h->echo && i < h->n_seqs; i++)
+        td_resp_delta(&h->out, &h->ctx, (int)i, h->echo[i / n], h->echo_len[i / n], NULL);
+    return true;
 }
 
 static void ev_token(td_job_t *j, int idx, int32_t id, const Tandem__TokenLogprob *lp,
@@ -262,7 +231,7 @@ static void ev_token(td_job_t *j, int idx, int32_t id, const Tandem__TokenLogpro
     if (with_lp && record_lp(h, c, id, lp) != 0)
         with_lp = false;
     c->text_len += len;
-    if (!h->st || h->canceled)
+    if (!stream_open(h) || h->canceled)
         return;
     if (with_lp) {
         td_resp_top_t *tops;
@@ -317,7 +286,7 @@ static void ev_finish(td_job_t *j, int idx, td_resp_finish_t why, const char *st
     hchoice_t *c = &h->ch[idx];
     c->finish = why;
     c->stop = stop;
-    if (!h->st || h->canceled)
+    if (!stream_open(h) || h->canceled)
         return;
     const td_seq_t *s = &j->seqs[idx];
     td_resp_usage_t u = {s->prompt_tokens,
@@ -333,12 +302,16 @@ static void ev_done(td_job_t *j)
     hjob_t *h = j->ud;
     td_resp_usage_t u;
     usage_of(h, &u);
-    if (h->st) {
-        if (!h->canceled) {
-            td_resp_done(&h->out, &h->ctx, &u);
-            write_out(h);
+    if (h->api.stream) {
+        if (stream_open(h)) {
+            if (!h->canceled) {
+                td_resp_done(&h->out, &h->ctx, &u);
+                write_out(h);
+            }
+            td_http_stream_end(h->st);
+        } else if (!h->st) {
+            td__http_error(h->req, h->api.kind, 500, NULL, NULL, "out of memory");
         }
-        td_http_stream_end(h->st);
         hjob_free(h);
         return;
     }
@@ -369,7 +342,7 @@ static void ev_done(td_job_t *j)
     td_buf_init(&out);
     int rc = td_resp_full(&out, &h->ctx, ch, j->n_seqs, &u);
     if (rc)
-        respond_error(h->req, h->api.kind, 500, NULL, NULL, "out of memory");
+        td__http_error(h->req, h->api.kind, 500, NULL, NULL, "out of memory");
     else
         td_http_respond(h->req, 200, "application/json", out.data, out.len);
     td_buf_free(&out);
@@ -388,12 +361,12 @@ static void ev_fail(td_job_t *j, int status, int code, const char *msg)
         if (!h->canceled) {
             td_resp_stream_error(
                 &h->out, &h->ctx,
-                h->api.kind == TD_API_MESSAGES ? anthropic_type(status) : openai_type(status), msg);
+                h->api.kind == TD_API_MESSAGES ? td__anthropic_type(status) : td__openai_type(status), msg);
             write_out(h);
         }
         td_http_stream_end(h->st);
     } else {
-        respond_error(h->req, h->api.kind, status == 499 ? 500 : status, NULL, NULL, msg);
+        td__http_error(h->req, h->api.kind, status == 499 ? 500 : status, NULL, NULL, msg);
     }
     hjob_free(h);
 }
@@ -404,6 +377,13 @@ static void on_stream_cancel(td_http_stream_t *st, void *ud)
 {
     hjob_t *h = ud;
     h->canceled = true;
+    td_job_abort(h->job, 499, "the client disconnected");
+}
+
+/* A non-streaming client closed its connection before its answer: cancel on every worker. */
+static void on_req_gone(void *ud)
+{
+    hjob_t *h = ud;
     td_job_abort(h->job, 499, "the client disconnected");
 }
 
@@ -440,11 +420,12 @@ static int prompt_tokens(td_router_t *rt, const td_api_prompt_t *p, td_tokens_t 
 
 static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind)
 {
-    if (!method_is(r, "POST", kind) || !authorized(rt, r, kind))
+    td_apikey_t *key;
+    if (!method_is(r, "POST", kind) || !td__http_authorized(rt, r, kind, &key))
         return;
     hjob_t *h = td_calloc(1, sizeof(*h));
     if (!h) {
-        respond_error(r, kind, 500, NULL, NULL, "out of memory");
+        td__http_error(r, kind, 500, NULL, NULL, "out of memory");
         return;
     }
     h->rt = rt;
@@ -552,6 +533,19 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
     const char *tenant = rt->cfg.tenant_header && *rt->cfg.tenant_header
                              ? td_http_header(r, rt->cfg.tenant_header, &tenant_len)
                              : NULL;
+    if (key) { /* the key's tenant wins over any header */
+        tenant = key->tenant;
+        tenant_len = strlen(tenant);
+        uint64_t reserve = (uint64_t)h->n_seqs * (uint64_t)j->sp.max_tokens;
+        for (size_t i = 0; i < n_prompts; i++)
+            reserve += (uint64_t)toks[i].len * n;
+        if (!td__http_admit(rt, r, kind, key, reserve, &h->grant)) {
+            for (size_t i = 0; i < n_toks; i++)
+                td_tokens_free(&toks[i]);
+            hjob_free(h);
+            return;
+        }
+    }
     if (td_job_set_stop(j, h->api.stop, h->api.n_stop) ||
         (tenant && td_job_set_tenant(j, tenant, tenant_len))) {
         snprintf(msg, sizeof(msg), "out of memory");
@@ -598,26 +592,16 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
         param = NULL;
         goto fail;
     }
-    if (h->api.stream) {
-        h->st = td_http_stream_start(r, 200, "text/event-stream", on_stream_cancel, h);
-        if (!h->st) {
-            h->req = r;
-            td_job_abort(j, 500, "out of memory");
-            return;
-        }
-        if (h->echo) {
-            for (size_t i = 0; i < h->n_seqs; i++)
-                td_resp_delta(&h->out, &h->ctx, (int)i, h->echo[i / n], h->echo_len[i / n], NULL);
-            write_out(h);
-        }
-    } else {
-        h->req = r;
-    }
+    /* a stream starts with the first event (stream_open), so a request that fails before it
+     * (no worker: 503 with Retry-After) gets its status; until then, and for a whole answer, the
+     * client's connection is watched: a client gone cancels the request everywhere */
+    h->req = r;
+    td_http_req_watch(r, on_req_gone, h);
     return;
 fail:
     for (size_t i = 0; i < n_toks; i++)
         td_tokens_free(&toks[i]);
-    respond_error(r, kind, status, param, code, msg);
+    td__http_error(r, kind, status, param, code, msg);
     hjob_free(h);
 }
 
@@ -814,23 +798,39 @@ int td_http_api_start(td_router_t *rt)
     rt->http = td_http_server_new(rt->loop, &o);
     if (!rt->http)
         return TD_ENOMEM;
+    bool admin = rt->cfg.admin_listen && *rt->cfg.admin_listen;
     static const struct {
         const char *path;
         td_http_handler_fn fn;
+        bool admin; /* served by the admin listener instead when there is one */
     } routes[] = {
-        {"/v1/completions", h_completions},
-        {"/v1/chat/completions", h_chat},
-        {"/v1/messages", h_messages},
-        {"/v1/models", h_models},
-        {"/tokenize", h_tokenize},
-        {"/detokenize", h_detokenize},
-        {"/health", h_health},
-        {"/metrics", h_metrics},
+        {"/v1/completions", h_completions, false},
+        {"/v1/chat/completions", h_chat, false},
+        {"/v1/messages", h_messages, false},
+        {"/v1/models", h_models, false},
+        {"/tokenize", h_tokenize, false},
+        {"/detokenize", h_detokenize, false},
+        {"/health", h_health, false},
+        {"/metrics", h_metrics, true},
     };
+    if (admin) {
+        td_http_opts_t ao = {.max_body = 4096, .server_name = "tandem-router"};
+        if (!(rt->admin = td_http_server_new(rt->loop, &ao)))
+            return TD_ENOMEM;
+    }
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        int rc = td_http_route(rt->http, routes[i].path, routes[i].fn, rt);
+        int rc = 0;
+        if (!admin || !routes[i].admin)
+            rc = td_http_route(rt->http, routes[i].path, routes[i].fn, rt);
+        if (!rc && admin && (routes[i].admin || routes[i].fn == h_health))
+            rc = td_http_route(rt->admin, routes[i].path, routes[i].fn, rt);
         if (rc)
             return rc;
+    }
+    if (admin) {
+        int rc = td_http_listen(rt->admin, rt->cfg.admin_listen);
+        if (rc)
+            return td_err_set(rc, "http.admin_listen: %s", td_err_msg());
     }
     return td_http_listen(rt->http, rt->cfg.http_listen);
 }

@@ -2,6 +2,7 @@
  * the three listeners (HTTP API, client RPC, cluster), metrics, and orderly shutdown. */
 #include "router.h"
 
+#include "auth.h"
 #include "td_config.h"
 #include "td_config_build.h"
 #include "td_error.h"
@@ -35,6 +36,17 @@ static const td_opt_t opts[] = {
     {"http.tenant_header", TD_OPT_STR, O(tenant_header), NULL,
      "request header naming the tenant, whose KV cache the request may use; unset: one tenant",
      0, 0},
+    {"http.api_keys_file", TD_OPT_STR, O(api_keys_file), NULL,
+     "file of API keys, stored hashed, each with its tenant and limits (docs/configuration.md); "
+     "reloaded on SIGHUP; unset: no keys (open, or http.api_key)",
+     0, 0},
+    {"http.limit_window_s", TD_OPT_DOUBLE, O(limit_window_s), "60",
+     "the window the key file's rpm and tpm limits count over, seconds (60: per minute)", 0.1,
+     86400},
+    {"http.admin_listen", TD_OPT_STR, O(admin_listen), NULL,
+     "address of a second HTTP listener for /metrics and /health; when set, http.listen no "
+     "longer serves /metrics",
+     0, 0},
     {"http.max_body", TD_OPT_SIZE, O(max_body), "16M", "largest request body (413 beyond)", 1,
      1e12},
     {"rpc.listen", TD_OPT_STR, O(rpc_listen), "127.0.0.1:8100",
@@ -47,6 +59,13 @@ static const td_opt_t opts[] = {
      0, 0},
     {"cluster.secret", TD_OPT_STR, O(secret), NULL, "the cluster secret itself (>= 16 bytes)", 0,
      0},
+    {"cluster.secret_previous_file", TD_OPT_STR, O(secret_prev_file), NULL,
+     "file holding the previous cluster secret, still accepted from workers and clients while a "
+     "rotation is under way (re-read on SIGHUP with the current one; empty: none; unset: "
+     "$CREDENTIALS_DIRECTORY/cluster-secret-previous when it exists)",
+     0, 0},
+    {"cluster.secret_previous", TD_OPT_STR, O(secret_prev), NULL,
+     "the previous cluster secret itself (>= 16 bytes)", 0, 0},
     {"cluster.heartbeat_timeout_s", TD_OPT_DOUBLE, O(heartbeat_timeout_s), "2",
      "a worker whose heartbeats stop this long is out of rotation", 0.05, 3600},
     {"placement.policy", TD_OPT_STR, O(policy), "kv_aware",
@@ -80,10 +99,47 @@ static const td_opt_t opts[] = {
      "host:port of the Redis that holds the cluster KV index (the workers' kv.redis); empty: "
      "placement knows no caches",
      0, 0},
+    {"kv.fetch_min_blocks", TD_OPT_UINT, O(fetch_min_blocks), "2",
+     "a prefill worker fetches the prompt's cached KV blocks from the worker that holds most of "
+     "them (cluster KV index) when it gains at least this many blocks and fetching is not "
+     "measured slower than computing them; 0: never",
+     0, 0},
     {"admission.max_waiting", TD_OPT_UINT, O(max_waiting), "256",
      "requests that may wait for a worker; beyond, 503 with Retry-After", 0, 0},
     {"admission.request_timeout_s", TD_OPT_DOUBLE, O(request_timeout_s), "600",
      "per-request deadline in seconds (0: none)", 0, 0},
+    {"admission.no_worker_wait_s", TD_OPT_DOUBLE, O(no_worker_wait_s), "5",
+     "a request that finds no decode worker available (none registered, all draining) waits "
+     "this long for one, then gets 503 with Retry-After",
+     0, 3600},
+    {"migration.enabled", TD_OPT_BOOL, O(migrate), "true",
+     "when a decode worker dies, stalls or misses a deadline mid-stream, resume its sequences "
+     "elsewhere with the prompt plus every token generated so far (greedy and seeded output "
+     "unchanged); off: a sequence is re-placed only before its first token, else it fails",
+     0, 0},
+    {"migration.max_attempts", TD_OPT_UINT, O(migrate_attempts), "3",
+     "re-placements of one sequence after worker failures; one more failure fails the request",
+     0, 100},
+    {"deadline.reservation_s", TD_OPT_DOUBLE, O(dl_reservation_s), "10",
+     "a decode worker that does not answer a DecodeTask (accept or refuse) within this many "
+     "seconds loses the sequence to another (0: no deadline)",
+     0, 86400},
+    {"deadline.prefill_s", TD_OPT_DOUBLE, O(dl_prefill_s), "120",
+     "a prefill worker that has not finished a prompt and its KV handoff (PrefillDone) within "
+     "this many seconds of the task loses it (0: no deadline)",
+     0, 86400},
+    {"deadline.kv_handoff_s", TD_OPT_DOUBLE, O(dl_kv_handoff_s), "30",
+     "after PrefillDone, the decode worker's first token must come within this many seconds "
+     "(0: no deadline)",
+     0, 86400},
+    {"deadline.first_token_s", TD_OPT_DOUBLE, O(dl_first_token_s), "180",
+     "an attempt whose decode worker accepted it but sent no token within this many seconds is "
+     "moved (0: no deadline)",
+     0, 86400},
+    {"deadline.token_stall_s", TD_OPT_DOUBLE, O(dl_token_stall_s), "30",
+     "a running sequence whose decode worker sends no token for this many seconds is moved "
+     "(0: no deadline); a stopped worker is caught sooner by cluster.heartbeat_timeout_s",
+     0, 86400},
     {"shutdown_timeout_s", TD_OPT_DOUBLE, O(shutdown_timeout_s), "10",
      "on SIGTERM, in-flight requests get this long before they are canceled", 0, 0},
     {"metrics.vllm_names", TD_OPT_BOOL, O(vllm_names), "false",
@@ -141,6 +197,12 @@ static void close_all(td_router_t *rt)
         td_http_server_close(rt->http);
         rt->http = NULL;
     }
+    if (rt->admin) {
+        td_http_server_close(rt->admin);
+        rt->admin = NULL;
+    }
+    if (rt->hup.data && !uv_is_closing((uv_handle_t *)&rt->hup))
+        uv_close((uv_handle_t *)&rt->hup, NULL);
     if (rt->rpc) {
         td_rpc_server_close(rt->rpc);
         rt->rpc = NULL;
@@ -196,6 +258,94 @@ static void on_signal(td_daemon_t *d, int signum, void *ud)
     while (rt->wait_head)
         td_job_abort(rt->wait_head->job, 503, "the router is shutting down");
     uv_timer_start(&rt->stop_timer, on_stop_tick, 0, 50);
+}
+
+/* The cluster secrets from their options: the current one (required) and, during a rotation,
+ * the previous one. 0 or an error (td_err_msg names the option or file). */
+static int load_secrets(const td_router_cfg_t *cfg, uint8_t **cur, size_t *cur_len,
+                        uint8_t **prev, size_t *prev_len)
+{
+    *prev = NULL;
+    *prev_len = 0;
+    int rc = td_rpc_secret_load(cfg->secret, cfg->secret_file, cur, cur_len);
+    if (rc)
+        return rc;
+    const char *file = cfg->secret_prev_file;
+    char cred[4096];
+    const char *dir = getenv("CREDENTIALS_DIRECTORY");
+    if ((!file || !*file) && !(cfg->secret_prev && *cfg->secret_prev) && dir) {
+        /* systemd: LoadCredential=cluster-secret-previous:... during a rotation */
+        snprintf(cred, sizeof(cred), "%s/cluster-secret-previous", dir);
+        if (access(cred, R_OK) == 0)
+            file = cred;
+    }
+    bool prev_file = file && *file;
+    if (prev_file && !(cfg->secret_prev && *cfg->secret_prev)) {
+        /* an empty file: no rotation under way */
+        char *text = NULL;
+        size_t n = 0;
+        if (td_file_read_all(file, &text, &n) == 0) {
+            size_t i = 0;
+            while (i < n && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' ||
+                             text[i] == '\r'))
+                i++;
+            free(text);
+            if (i == n)
+                prev_file = false;
+        }
+    }
+    if ((cfg->secret_prev && *cfg->secret_prev) || prev_file) {
+        rc = td_rpc_secret_load(cfg->secret_prev, file, prev, prev_len);
+        if (rc) {
+            char msg[512];
+            snprintf(msg, sizeof(msg), "%s", td_err_msg());
+            free(*cur);
+            *cur = NULL;
+            return td_err_set(rc, "previous secret: %s", msg);
+        }
+    }
+    return 0;
+}
+
+static void set_secrets(td_router_t *rt)
+{
+    if (rt->cluster)
+        td_rpc_server_set_secrets(rt->cluster, rt->secret, rt->secret_len, rt->secret_prev,
+                                  rt->secret_prev_len);
+    if (rt->rpc)
+        td_rpc_server_set_secrets(rt->rpc, rt->secret, rt->secret_len, rt->secret_prev,
+                                  rt->secret_prev_len);
+}
+
+/* SIGHUP: read the key file and the cluster secrets again. What fails to load keeps its old
+ * value (and is logged); connections and requests in flight are untouched. */
+static void on_hup(uv_signal_t *sig, int signum)
+{
+    td_router_t *rt = sig->data;
+    (void)signum;
+    if (rt->access) {
+        if (td_access_reload(rt->access) != 0)
+            TD_LOG_E("SIGHUP: key file not reloaded, the previous keys stay: %s", td_err_msg());
+        else
+            TD_LOG_I("SIGHUP: key file %s reloaded: %zu keys, %zu tenant limits",
+                     rt->cfg.api_keys_file, rt->access->keys.n_keys,
+                     rt->access->keys.n_tenants);
+    }
+    uint8_t *cur, *prev;
+    size_t cur_len, prev_len;
+    if (load_secrets(&rt->cfg, &cur, &cur_len, &prev, &prev_len) != 0) {
+        TD_LOG_E("SIGHUP: cluster secrets not reloaded, the previous ones stay: %s", td_err_msg());
+        return;
+    }
+    free(rt->secret);
+    free(rt->secret_prev);
+    rt->secret = cur;
+    rt->secret_len = cur_len;
+    rt->secret_prev = prev;
+    rt->secret_prev_len = prev_len;
+    set_secrets(rt);
+    TD_LOG_I("SIGHUP: cluster secret reloaded%s",
+             prev ? " (the previous one is still accepted)" : "");
 }
 
 static int load_model(td_router_t *rt)
@@ -281,7 +431,12 @@ static int setup_metrics(td_router_t *rt)
         td_metrics_counter(m, "request_success_total", help, "finished_reason=\"length\"");
     rt->m_ok_abort =
         td_metrics_counter(m, "request_success_total", help, "finished_reason=\"abort\"");
-    if (!rt->m_ttft || !rt->m_itl || !rt->m_tpot || !rt->m_e2e || !rt->m_queue ||
+    rt->m_migrations = td_metrics_counter(
+        m, "request_migrations_total",
+        "Re-placements of a sequence after its worker died, stalled or missed a deadline "
+        "(resumed from its generated tokens when it had any).",
+        NULL);
+    if (!rt->m_migrations || !rt->m_ttft || !rt->m_itl || !rt->m_tpot || !rt->m_e2e || !rt->m_queue ||
         !rt->m_running_g || !rt->m_waiting_g || !rt->m_prompt || !rt->m_gen || !rt->m_ok_stop ||
         !rt->m_ok_length || !rt->m_ok_abort)
         return TD_ENOMEM;
@@ -294,7 +449,9 @@ static void usage(FILE *out, const void *ud)
     fprintf(out, "usage: tandem-router --model DIR [--config FILE] [--section.key=value ...]\n\n"
                  "The tandem router: OpenAI/Anthropic HTTP API, internal RPC and worker "
                  "registry.\nOn start it prints one line:\n"
-                 "  tandem-router: http=HOST:PORT rpc=HOST:PORT cluster=HOST:PORT\n\n"
+                 "  tandem-router: http=HOST:PORT rpc=HOST:PORT cluster=HOST:PORT"
+                 " [admin=HOST:PORT]\n"
+                 "SIGHUP reloads the API key file and the cluster secrets.\n\n"
                  "\n");
 }
 
@@ -343,9 +500,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-router: placement.max_kv_usage must be in [0, 1]\n");
         goto out_cfg;
     }
-    if (td_rpc_secret_load(rt->cfg.secret, rt->cfg.secret_file, &rt->secret, &rt->secret_len)) {
+    if (load_secrets(&rt->cfg, &rt->secret, &rt->secret_len, &rt->secret_prev,
+                     &rt->secret_prev_len)) {
         fprintf(stderr, "tandem-router: cluster secret: %s\n", td_err_msg());
         goto out_cfg;
+    }
+    static td_access_t access;
+    if (rt->cfg.api_keys_file && *rt->cfg.api_keys_file) {
+        if (td_access_open(&access, rt->cfg.api_keys_file, rt->cfg.limit_window_s)) {
+            fprintf(stderr, "tandem-router: http.api_keys_file: %s\n", td_err_msg());
+            goto out_model;
+        }
+        rt->access = &access;
     }
     /* names */
     if (rt->cfg.served_model_name && *rt->cfg.served_model_name) {
@@ -385,6 +551,10 @@ int main(int argc, char **argv)
     rt->sweep_timer.data = rt;
     uv_timer_init(rt->loop, &rt->stop_timer);
     rt->stop_timer.data = rt;
+    uv_signal_init(rt->loop, &rt->hup);
+    rt->hup.data = rt;
+    uv_signal_start(&rt->hup, on_hup, SIGHUP);
+    uv_unref((uv_handle_t *)&rt->hup);
     rt->daemon = td_daemon_start(rt->loop, on_signal, rt);
     if (!rt->daemon) {
         fprintf(stderr, "tandem-router: out of memory\n");
@@ -403,15 +573,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-router: http.listen %s: %s\n", rt->cfg.http_listen, td_err_msg());
         goto out_loop;
     }
+    set_secrets(rt); /* the previous secret, when rotating */
     uv_timer_start(&rt->sweep_timer, on_sweep, 100, 100);
-    char h[300], r[300], c[300];
+    char h[300], r[300], c[300], a[320] = "";
     bound(h, sizeof(h), rt->cfg.http_listen, td_http_port(rt->http));
     bound(r, sizeof(r), rt->cfg.rpc_listen, td_rpc_server_port(rt->rpc));
     bound(c, sizeof(c), rt->cfg.cluster_listen, td_rpc_server_port(rt->cluster));
-    printf("tandem-router: http=%s rpc=%s cluster=%s\n", h, r, c);
+    if (rt->admin) {
+        char ab[300];
+        bound(ab, sizeof(ab), rt->cfg.admin_listen, td_http_port(rt->admin));
+        snprintf(a, sizeof(a), " admin=%s", ab);
+    }
+    printf("tandem-router: http=%s rpc=%s cluster=%s%s\n", h, r, c, a);
     fflush(stdout);
-    TD_LOG_I("serving model %s (max_model_len %d) as %s: http=%s rpc=%s cluster=%s", rt->cfg.model,
-             rt->max_ctx, rt->model_name, h, r, c);
+    TD_LOG_I("serving model %s (max_model_len %d) as %s: http=%s rpc=%s cluster=%s%s%s",
+             rt->cfg.model, rt->max_ctx, rt->model_name, h, r, c, a,
+             rt->access ? " (API keys required)" : "");
     td_daemon_ready(rt->daemon, "serving");
     td_daemon_status(rt->daemon, "http=%s rpc=%s cluster=%s", h, r, c);
     uv_run(rt->loop, UV_RUN_DEFAULT);
@@ -431,7 +608,10 @@ out_run:
 out_model:
     td_chat_template_free(&rt->chat);
     td_tokenizer_free(rt->tok);
+    if (rt->access)
+        td_access_close(rt->access);
     free(rt->secret);
+    free(rt->secret_prev);
 out_cfg:
     td_config_free(opts, N_OPTS, &rt->cfg);
     return code;

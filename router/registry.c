@@ -195,6 +195,7 @@ static void on_hello(td_router_t *rt, td_cluster_conn_t *cc, const Tandem__Hello
     memcpy(w->fp, h->layout->fingerprint.data, h->layout->fingerprint.len);
     w->fp_len = h->layout->fingerprint.len;
     w->block_tokens = h->layout->block_tokens;
+    w->block_bytes = h->layout->block_bytes;
     w->total_blocks = h->total_blocks;
     w->max_running = h->max_running;
     w->load.alive = true;
@@ -242,6 +243,7 @@ static void on_heartbeat(td_router_t *rt, td_worker_t *w, const Tandem__Heartbea
     w->hb_waiting = l->waiting_sequences;
     w->hb_free = l->free_blocks;
     w->hb_total = l->total_blocks;
+    w->fetch_bps = l->fetch_bytes_per_s;
     w->n_hb_cache = TD_MIN(l->n_cache, (size_t)TD_WORKER_MAX_TIERS);
     for (size_t i = 0; i < w->n_hb_cache; i++) {
         const Tandem__CacheTier *t = l->cache[i];

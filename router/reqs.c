@@ -68,6 +68,21 @@ void td__reqs_send_cancel(td_worker_t *w, uint64_t id)
     td__reqs_send(w, &f);
 }
 
+const int32_t *td__reqs_task_tokens(const td_seq_t *s, size_t *n, int32_t **owned)
+{
+    *owned = NULL;
+    *n = s->n_prompt + (size_t)s->n_tokens;
+    if (!s->n_tokens)
+        return s->prompt;
+    int32_t *t = td_calloc(*n, sizeof(*t));
+    if (!t)
+        return NULL;
+    memcpy(t, s->prompt, s->n_prompt * sizeof(*t));
+    memcpy(t + s->n_prompt, s->gen, (size_t)s->n_tokens * sizeof(*t));
+    *owned = t;
+    return t;
+}
+
 /* ---- sequences and jobs ending --------------------------------------------------------------- */
 
 void td__reqs_detach(td_router_t *rt, td_seq_t *s, bool cancel)

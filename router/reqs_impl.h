@@ -29,6 +29,11 @@ int td__reqs_send(td_worker_t *w, Tandem__Frame *f);
 /* Send Cancel{id} to w (nothing when w is gone). */
 void td__reqs_send_cancel(td_worker_t *w, uint64_t id);
 
+/* The tokens a task for s carries: its prompt, then (migration) the tokens generated so far,
+ * *n in all. Returns s->prompt when nothing was generated, else a new array the caller frees
+ * (*owned, else NULL); NULL on allocation failure. */
+const int32_t *td__reqs_task_tokens(const td_seq_t *s, size_t *n, int32_t **owned);
+
 /* The sequence leaves the waiting queue and its workers (Cancel to each that still holds it when
  * `cancel`), forgets its id and is unplaced again (TD_SEQ_NEW). */
 void td__reqs_detach(td_router_t *rt, td_seq_t *s, bool cancel);
@@ -67,8 +72,11 @@ int td__reqs_place_or_wait(td_router_t *rt, td_seq_t *s, bool admit);
 
 /* ---- reqs_worker.c --------------------------------------------------------------------------- */
 
-/* A worker failed s (died, refused a prefill, could not be reached). Retry on another pair when
- * nothing reached the client yet and it has not been retried already, else fail the job (503,
+/* A worker failed s (died, stalled, missed a deadline, refused a prefill, could not be
+ * reached). Re-place it on another pair, within migration.max_attempts: from the start when it
+ * has generated nothing, else (migration.enabled) resumed with the prompt plus every token so far,
+ * so the client's stream continues from the next token. A decode worker still registered
+ * (s->dw set: it stalled) is skipped by this placement round. Otherwise fail the job (503,
  * `why`). Returns whether the job still exists. */
 bool td__reqs_retry(td_router_t *rt, td_seq_t *s, const char *why);
 
@@ -82,6 +90,15 @@ bool td__reqs_token(td_router_t *rt, td_seq_t *s, int32_t id, const Tandem__Toke
  * rest of its text, count it, report ops->finish. The job may be complete afterwards
  * (td__reqs_job_maybe_done). */
 void td__reqs_finish(td_router_t *rt, td_seq_t *s, td_resp_finish_t why, const char *stop);
+
+/* ---- reqs_sweep.c ---------------------------------------------------------------------------- */
+
+/* Whether the current attempt of s has missed the deadline of its stage at time `now` (c's
+ * deadline.* options): reservation (DecodeTask sent, no answer), prefill (no PrefillDone), KV
+ * handoff (PrefillDone, no token), first token (accepted, no token), token stall (no token since
+ * the last). Returns `why` filled with a message naming the worker and the option, or NULL. */
+const char *td__reqs_stage_late(const td_router_cfg_t *c, const td_seq_t *s, double now,
+                                char *why, size_t cap);
 
 /* ---- reqs_job.c ------------------------------------------------------------------------------ */
 

@@ -174,6 +174,7 @@ void td_job_free(td_job_t *j)
     for (size_t i = 0; i < j->n_seqs; i++) {
         free(j->seqs[i].prompt);
         free(j->seqs[i].tried);
+        free(j->seqs[i].gen);
         free(j->seqs[i].kvh);
         td_buf_free(&j->seqs[i].text);
     }

@@ -18,6 +18,8 @@
 void td__reqs_wait_insert(td_router_t *rt, td_seq_t *s, bool at_head)
 {
     s->n_tried = 0;
+    if (!at_head)
+        s->t_wait = td_now_s(); /* at the head it goes back to an older wait */
     s->state = TD_SEQ_WAITING;
     if (at_head) {
         s->wprev = NULL;
@@ -226,17 +228,26 @@ int td__reqs_place(td_router_t *rt, td_seq_t *s)
         s->pw = NULL;
         snprintf(s->log_dw, sizeof(s->log_dw), "%s", d->id);
         s->log_pw[0] = '\0';
-        s->got_prefill_done = false;
+        s->got_prefill_done = s->prefill_computed = false;
         s->local_cached = td_kvmirror_cached(rt, s, d);
         s->local = local_on(rt, s, d, s->local_cached);
         if (s->local)
             snprintf(s->log_pw, sizeof(s->log_pw), "local");
         Tandem__Sampling sp;
         td_msg_sampling_to_proto(&s->job->sp, s->seed, &sp);
+        size_t n_toks;
+        int32_t *owned;
+        const int32_t *toks = td__reqs_task_tokens(s, &n_toks, &owned);
+        if (!toks) {
+            td__reqs_hash_del(rt, s);
+            s->dw = NULL;
+            return TD_ENOMEM;
+        }
         Tandem__DecodeTask t = TANDEM__DECODE_TASK__INIT;
         t.request_id = s->id;
-        t.n_tokens = s->n_prompt;
-        t.tokens = s->prompt;
+        t.n_tokens = n_toks;
+        t.tokens = (int32_t *)toks;
+        t.generated = (uint32_t)s->n_tokens; /* migration: resume after these */
         t.sampling = &sp;
         t.local_prefill = s->local;
         t.tenant.data = s->job->tenant;
@@ -245,6 +256,7 @@ int td__reqs_place(td_router_t *rt, td_seq_t *s)
         f.body_case = TANDEM__FRAME__BODY_DECODE_TASK;
         f.decode_task = &t;
         int rc = td__reqs_send(d, &f);
+        free(owned);
         if (rc) {
             /* the connection is going away: on_close will remove it; try another */
             td__reqs_hash_del(rt, s);
@@ -255,7 +267,8 @@ int td__reqs_place(td_router_t *rt, td_seq_t *s)
         }
         d->assigned++;
         s->state = TD_SEQ_ACCEPTING;
-        s->t_placed = td_now_s();
+        s->t_placed = s->t_stage = td_now_s();
+        s->base_tokens = s->n_tokens;
         rt->n_running++;
         td_metric_set(rt->m_running_g, (double)rt->n_running);
         td_logf(TD_LOG_DEBUG, s->job->log_id, "seq %llu -> decode %s (%s prefill)",

@@ -74,7 +74,17 @@ bool td__reqs_token(td_router_t *rt, td_seq_t *s, int32_t id, const Tandem__Toke
         td_metric_observe(rt->m_itl, now - s->t_last);
     }
     s->t_last = now;
-    s->n_tokens++;
+    if (s->n_tokens == s->cap_gen) {
+        size_t cap = s->cap_gen ? s->cap_gen * 2 : 64;
+        int32_t *g = td_reallocarray(s->gen, cap, sizeof(*g));
+        if (!g) {
+            td__reqs_job_fail(j, 500, TD_ENOMEM, "out of memory");
+            return false;
+        }
+        s->gen = g;
+        s->cap_gen = cap;
+    }
+    s->gen[s->n_tokens++] = id;
     int rc = td_detok_step(rt->tok, &s->detok, id, &s->text);
     if (rc) {
         char msg[256];

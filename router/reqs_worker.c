@@ -12,21 +12,49 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define RETRY_MAX 1 /* re-placements of a sequence after a worker failed it */
-
 bool td__reqs_retry(td_router_t *rt, td_seq_t *s, const char *why)
 {
     td_job_t *j = s->job;
-    if (s->n_tokens > 0 || s->retries >= RETRY_MAX || rt->stopping) {
-        char msg[512];
-        snprintf(msg, sizeof(msg), "%s", why);
+    char msg[700];
+    if (rt->stopping) {
+        td__reqs_job_fail(j, 503, TD_EUNREACH, why);
+        return false;
+    }
+    if (s->n_tokens > 0 && !rt->cfg.migrate) {
+        snprintf(msg, sizeof(msg), "%s (after %llu tokens; migration.enabled is off)", why,
+                 (unsigned long long)s->n_tokens);
         td__reqs_job_fail(j, 503, TD_EUNREACH, msg);
         return false;
     }
+    if ((uint64_t)s->retries >= rt->cfg.migrate_attempts) {
+        snprintf(msg, sizeof(msg), "%s (gave up after %d re-placements: migration.max_attempts)",
+                 why, s->retries);
+        td__reqs_job_fail(j, 503, TD_EUNREACH, msg);
+        return false;
+    }
+    if (s->n_tokens > 0 && s->n_tokens >= (uint64_t)j->sp.max_tokens) {
+        /* every token is here; only the finish was lost with the worker */
+        s->completion_tokens = (uint32_t)s->n_tokens;
+        td__reqs_finish(rt, s, TD_RESP_LENGTH, NULL);
+        td__reqs_job_maybe_done(j);
+        return !j->ended;
+    }
     s->retries++;
-    td_logf(TD_LOG_INFO, j->log_id, "retrying sequence %d after: %s", s->index, why);
+    if (s->n_tokens)
+        td_logf(TD_LOG_INFO, j->log_id,
+                "migrating sequence %d with %llu generated tokens (attempt %d) after: %s",
+                s->index, (unsigned long long)s->n_tokens, s->retries + 1, why);
+    else
+        td_logf(TD_LOG_INFO, j->log_id, "retrying sequence %d (attempt %d) after: %s", s->index,
+                s->retries + 1, why);
+    td_metric_add(rt->m_migrations, 1);
+    td_worker_t *stalled = s->dw;
     td__reqs_detach(rt, s, true);
     s->n_tried = 0;
+    if (stalled && td__reqs_add_tried(s, stalled)) {
+        td__reqs_job_fail(j, 500, TD_ENOMEM, "out of memory");
+        return false;
+    }
     int rc = td__reqs_place_or_wait(rt, s, false);
     if (rc) {
         td__reqs_job_fail(j, 503, rc, why);
@@ -45,14 +73,24 @@ static void on_accept(td_router_t *rt, td_worker_t *w, const Tandem__DecodeAccep
     if (!s || s->dw != w || s->state != TD_SEQ_ACCEPTING)
         return;
     s->state = TD_SEQ_RUNNING;
-    td_metric_observe(rt->m_queue, td_now_s() - s->job->t_arrival);
+    s->t_stage = td_now_s();
+    if (!s->retries)
+        td_metric_observe(rt->m_queue, s->t_stage - s->job->t_arrival);
     if (s->local)
         return;
+    size_t n_toks;
+    int32_t *owned;
+    const int32_t *toks = td__reqs_task_tokens(s, &n_toks, &owned);
+    if (!toks) {
+        td__reqs_job_fail(s->job, 500, TD_ENOMEM, "out of memory");
+        return;
+    }
     td_worker_t *p = td__reqs_choose(rt, TANDEM__ROLE__ROLE_PREFILL, s, w, s->n_prompt);
     if (!p) {
         /* every prefill worker left (or is full) since we decided: prefill on decode instead */
         td_logf(TD_LOG_INFO, s->job->log_id, "no prefill worker for seq %llu: replacing",
                 (unsigned long long)s->id);
+        free(owned);
         td__reqs_detach(rt, s, true);
         int rc = td__reqs_place_or_wait(rt, s, false);
         if (rc)
@@ -65,8 +103,9 @@ static void on_accept(td_router_t *rt, td_worker_t *w, const Tandem__DecodeAccep
     t.tenant.data = s->job->tenant;
     t.tenant.len = s->job->tenant_len;
     t.request_id = s->id;
-    t.n_tokens = s->n_prompt;
-    t.tokens = s->prompt;
+    t.n_tokens = n_toks;
+    t.tokens = (int32_t *)toks;
+    t.generated = (uint32_t)s->n_tokens;
     t.sampling = &sp;
     t.decode_worker = w->id;
     t.decode_blob.data = w->blob;
@@ -74,13 +113,17 @@ static void on_accept(td_router_t *rt, td_worker_t *w, const Tandem__DecodeAccep
     t.n_dst_blocks = a->n_blocks;
     t.dst_blocks = a->blocks;
     t.decode_request_id = a->worker_request_id;
+    Tandem__FetchHint fh;
+    t.fetch = td_fetchhint_fill(rt, s, p, &fh) ? &fh : NULL;
     Tandem__Frame f = TANDEM__FRAME__INIT;
     f.body_case = TANDEM__FRAME__BODY_PREFILL_TASK;
     f.prefill_task = &t;
     s->pw = p;
     snprintf(s->log_pw, sizeof(s->log_pw), "%s", p->id);
     p->assigned++;
-    if (td__reqs_send(p, &f) != 0) {
+    int rc = td__reqs_send(p, &f);
+    free(owned);
+    if (rc != 0) {
         s->pw = NULL;
         td__reqs_retry(rt, s, "the prefill worker's connection closed");
     }
@@ -131,6 +174,12 @@ static void on_error(td_router_t *rt, td_worker_t *w, const Tandem__Error *e)
         td__reqs_retry(rt, s, full);
         return;
     }
+    if (status == 500 && e->code != TD_ENOMEM) {
+        /* the decode worker failed the sequence (its KV handoff broke or timed out, it is
+         * stopping...): another pair resumes it */
+        td__reqs_retry(rt, s, full);
+        return;
+    }
     td__reqs_job_fail(s->job, status, e->code, full);
 }
 
@@ -140,8 +189,13 @@ static void on_prefill_done(td_router_t *rt, td_worker_t *w, const Tandem__Prefi
     td_seq_t *s = td__reqs_find(rt, d->request_id);
     if (!s || s->pw != w)
         return;
+    if (d->computed) {
+        s->prefill_computed = true; /* progress: only the KV handoff remains */
+        return;
+    }
     s->got_prefill_done = true;
     s->pw = NULL;
+    s->t_stage = td_now_s(); /* the KV handoff's deadline runs from here */
     if (d->status >= 0) {
         /* kv_aware's cost model: seconds per computed token, an EWMA per worker */
         uint64_t computed = s->n_prompt - TD_MIN(s->prefill_cached, (uint64_t)s->n_prompt);
@@ -248,7 +302,14 @@ void td_reqs_worker_gone(td_router_t *rt, td_worker_t *w)
         if (s->pw == w) {
             s->pw = NULL;
             s->got_prefill_done = true;
-            snprintf(msg, sizeof(msg), "prefill worker %s left before finishing the prompt", w->id);
+            if (s->prefill_computed)
+                snprintf(msg, sizeof(msg),
+                         "prefill worker %s left after computing the prompt, before its KV "
+                         "reached decode worker %s: the handoff failed",
+                         w->id, s->dw ? s->dw->id : "?");
+            else
+                snprintf(msg, sizeof(msg), "prefill worker %s left before finishing the prompt",
+                         w->id);
         } else {
             snprintf(msg, sizeof(msg), "decode worker %s left while running the request", w->id);
         }

@@ -80,7 +80,8 @@ static int chat_logprobs(td_buf_t *b, const td_resp_logprob_t *lp, size_t n)
         TRY(td_buf_append_str(b, ",\"logprob\":"));
         TRY(json_double(b, lp[i].logprob));
         TRY(td_buf_append_str(b, ",\"bytes\":"));
-        TRY(json_bytes(b, lp[i].token, lp[i].token_len));
+        TRY(lp[i].bytes ? json_bytes(b, lp[i].bytes, lp[i].bytes_len)
+                        : json_bytes(b, lp[i].token, lp[i].token_len));
         TRY(td_buf_append_str(b, ",\"top_logprobs\":["));
         for (size_t k = 0; k < lp[i].n_top; k++) {
             const td_resp_top_t *t = &lp[i].top[k];
@@ -89,7 +90,8 @@ static int chat_logprobs(td_buf_t *b, const td_resp_logprob_t *lp, size_t n)
             TRY(td_buf_append_str(b, ",\"logprob\":"));
             TRY(json_double(b, t->logprob));
             TRY(td_buf_append_str(b, ",\"bytes\":"));
-            TRY(json_bytes(b, t->token, t->token_len));
+            TRY(t->bytes ? json_bytes(b, t->bytes, t->bytes_len)
+                         : json_bytes(b, t->token, t->token_len));
             TRY(td_buf_append_char(b, '}'));
         }
         TRY(td_buf_append_str(b, "]}"));

@@ -36,6 +36,9 @@ typedef struct td_resp_top {
     const char *token; /* token text bytes (may be a partial UTF-8 sequence) */
     size_t token_len;
     double logprob;
+    const char *bytes; /* the token's raw bytes for "bytes" (a token may end inside a UTF-8
+                          character); NULL: the text's bytes */
+    size_t bytes_len;
 } td_resp_top_t;
 
 /* The logprob record of one sampled token. */
@@ -46,6 +49,8 @@ typedef struct td_resp_logprob {
     double logprob;
     const td_resp_top_t *top; /* [n_top] alternatives, most likely first */
     size_t n_top;
+    const char *bytes; /* raw bytes, as td_resp_top_t's; NULL: the text's bytes */
+    size_t bytes_len;
 } td_resp_logprob_t;
 
 /* What every chunk of one response repeats. */

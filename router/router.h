@@ -44,9 +44,14 @@ typedef struct td_router_cfg {
     char *cluster_listen;    /* where workers connect */
     char *secret_file;       /* cluster secret (one of secret_file / secret / credential) */
     char *secret;
+    char *secret_prev_file;  /* the previous cluster secret, accepted during a rotation */
+    char *secret_prev;
     double heartbeat_timeout_s; /* a worker silent this long is out of rotation */
     char *api_key;              /* HTTP: required bearer / x-api-key when set */
     char *tenant_header;        /* HTTP: header naming the request's tenant, or NULL */
+    char *api_keys_file;        /* HTTP: API keys with tenants and limits (auth.h), or NULL */
+    double limit_window_s;      /* the window the keys' rpm and tpm count over */
+    char *admin_listen;         /* HTTP: /metrics on its own listener, or NULL */
     uint64_t max_body;          /* largest HTTP request body, bytes */
     char *policy;               /* placement policy name */
     uint64_t max_queued_tokens; /* placement high-water marks (0 disables) */
@@ -59,9 +64,23 @@ typedef struct td_router_cfg {
     double seq_cost_us;            /* kv_aware: what one running sequence adds to a local prefill */
     double imbalance;              /* kv_aware: the guard's threshold (x the mean load) */
     char *kv_redis;                /* "host:port" of the cluster KV index; empty: none */
+    uint64_t fetch_min_blocks;     /* a prefill worker fetches another worker's cached blocks
+                                      when it gains at least this many (0: never) */
     uint64_t max_waiting;          /* sequences that may wait for a worker; beyond: 503 */
     double request_timeout_s;      /* per-request deadline (0: none) */
     double shutdown_timeout_s;     /* in-flight requests get this long after SIGTERM */
+    double no_worker_wait_s;       /* a sequence waits this long while no decode worker is
+                                      available, then 503 with Retry-After */
+    /* migration (reqs_worker.c): a sequence whose worker dies, stalls or misses a deadline is
+     * re-placed with its prompt plus the tokens generated so far */
+    bool migrate;               /* migration.enabled; off: re-placed only before any token */
+    uint64_t migrate_attempts;  /* re-placements of one sequence, then the request fails */
+    /* deadlines per stage of one attempt, seconds (0: none); reqs_sweep.c */
+    double dl_reservation_s;    /* DecodeTask sent -> DecodeAccept */
+    double dl_prefill_s;        /* PrefillTask sent -> PrefillDone */
+    double dl_kv_handoff_s;     /* PrefillDone -> the decode worker's first token */
+    double dl_first_token_s;    /* DecodeAccept -> the attempt's first token */
+    double dl_token_stall_s;    /* one token -> the next */
     bool vllm_names;               /* metrics: vLLM's names where they mean the same */
     char *log_level;
     char *log_format;
@@ -109,6 +128,8 @@ struct td_worker {
     uint32_t holder;   /* its number in the KV index mirror (kvmirror.c) */
     double s_per_token; /* prefill seconds per computed token, EWMA of PrefillDone (0: none yet) */
     uint64_t n_hb;      /* heartbeats received (which of them a placement came after) */
+    uint64_t block_bytes; /* Hello.layout.block_bytes: bytes of one KV block */
+    double fetch_bps;     /* Load.fetch_bytes_per_s: its measured fetch bandwidth (0: none yet) */
     td_metric_t *m_up, *m_kv, *m_running, *m_waiting;
 };
 
@@ -134,11 +155,16 @@ struct td_router {
     int32_t bos_id, eos_id;
     /* listeners */
     td_http_server_t *http;
+    td_http_server_t *admin; /* /metrics and /health when http.admin_listen is set */
+    struct td_access *access; /* API keys and limits (auth.h), NULL without a key file */
+    uv_signal_t hup;          /* SIGHUP: reload the key file and the cluster secrets */
     td_rpc_server_t *cluster;
     td_rpc_server_t *rpc;
     td_daemon_t *daemon;
     uint8_t *secret;
     size_t secret_len;
+    uint8_t *secret_prev; /* previous cluster secret (rotation), NULL when none */
+    size_t secret_prev_len;
     /* registry */
     td_worker_t **workers; /* [n_workers] registered workers */
     size_t n_workers, cap_workers;
@@ -166,6 +192,7 @@ struct td_router {
     td_metric_t *m_ttft, *m_itl, *m_tpot, *m_e2e, *m_queue;
     td_metric_t *m_running_g, *m_waiting_g, *m_prompt, *m_gen;
     td_metric_t *m_ok_stop, *m_ok_length, *m_ok_abort;
+    td_metric_t *m_migrations; /* tandem_request_migrations_total */
 };
 
 /* ---- jobs: the front ends' view of a request ------------------------------------------------ */
@@ -212,10 +239,17 @@ struct td_seq {
     td_worker_t *pw; /* prefill worker until its PrefillDone, else NULL */
     bool local;      /* prefilled on the decode worker */
     bool got_prefill_done;
+    bool prefill_computed; /* the prefill worker said the prompt is computed (handoff under way) */
     uint64_t *tried; /* [n_tried] serials of decode workers that answered ENOSPC */
     size_t n_tried, cap_tried;
-    int retries;       /* re-placements after a worker failure */
-    uint64_t n_tokens; /* generated tokens received */
+    int retries;       /* re-placements after a worker failure (migrations included) */
+    uint64_t n_tokens; /* generated tokens received, over every attempt */
+    int32_t *gen;      /* [n_tokens] their ids (cap_gen allocated): a migrated sequence resumes
+                          with prompt + gen */
+    size_t cap_gen;
+    uint64_t base_tokens; /* n_tokens when the current attempt was placed */
+    double t_stage;       /* td_now_s() when the attempt's current stage began (deadlines) */
+    double t_wait;        /* td_now_s() when it last entered the waiting queue as a new wait */
     td_detok_t detok;
     td_buf_t text;  /* generated text so far (bytes), the tail possibly held back */
     size_t sent;    /* bytes of text already handed to the front end */
@@ -342,6 +376,14 @@ void td_kvmirror_worker_gone(td_router_t *rt, td_worker_t *w);
 uint64_t td_kvmirror_cached(td_router_t *rt, td_seq_t *s, const td_worker_t *w);
 /* Blocks in the mirror, and resyncs completed (status, tests). */
 size_t td_kvmirror_blocks(const td_router_t *rt);
+
+/* ---- fetchhint.c: cross-worker fetch hints ---------------------------------------------------- */
+
+/* Fill `h` when another live worker holds at least kv.fetch_min_blocks more of s's leading
+ * blocks than prefill worker p by the mirror (and fetching them is not measured slower than
+ * computing them): the holder that holds most, a prefill worker on ties. h points into that
+ * worker's registry entry: send it before the loop runs again. Returns whether h was filled. */
+bool td_fetchhint_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *p, Tandem__FetchHint *h);
 
 /* ---- front ends ---------------------------------------------------------------------------- */
 

@@ -18,6 +18,8 @@ int td_cmd_generate(int argc, char **argv);
  * (cmd_tokenize.c). */
 int td_cmd_tokenize(int argc, char **argv);
 int td_cmd_detokenize(int argc, char **argv);
+/* `tandem apikey`: a new API key and its key file line, or a key's line (cmd_apikey.c). */
+int td_cmd_apikey(int argc, char **argv);
 /* `tandem kvhash`: a prompt's hash version 1 block hashes (cmd_kvhash.c). */
 int td_cmd_kvhash(int argc, char **argv);
 

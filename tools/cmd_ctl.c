@@ -421,8 +421,11 @@ static int cmd_generate(ctl_t *c, int argc, char **argv)
             g.r.tokens = g.prompt_ids;
             break;
         case O_STOP:
-            if (g.r.n_stop < 16)
+            if (g.r.n_stop < TD_ARRAY_LEN(g.stop_store))
                 g.stop_store[g.r.n_stop++] = optarg;
+            else
+                rc = td_err_set(TD_EINVAL, "generate: more than %zu --stop strings",
+                                TD_ARRAY_LEN(g.stop_store));
             break;
         case O_PRINTIDS:
             print_ids = true;

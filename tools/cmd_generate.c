@@ -39,7 +39,7 @@ static void usage(FILE *out)
             "  --seed N               sampling seed (default 0)\n"
             "  --stop-ids LIST        stop after any of these token ids\n"
             "  --ignore-eos           keep generating past the end-of-sequence token\n"
-            "  --logprobs N           print the top-N logprobs of each generated token\n"
+            "  --logprobs N           print each generated token's logprob and the top N\n"
             "  --threads N            CPU threads (default 2)\n"
             "  --block-size N         KV cache block size in tokens (default 16)\n"
             "  --chunk N              prefill in chunks of N tokens (default: the whole prompt)\n"
@@ -316,7 +316,7 @@ int td_cmd_generate(int argc, char **argv)
         g.n++;
         if (tok && (rc = td_detok_step(tok, &dt, s.token, &text)))
             goto fail;
-        if (!a.json && a.sp.logprobs > 0) {
+        if (!a.json && a.sp.logprobs >= 0) {
             printf("token %d logprob %.4f top:", s.token, s.logprob);
             for (int k = 0; k < s.n_top; k++)
                 printf(" %d:%.4f", s.top[k].id, s.top[k].logprob);

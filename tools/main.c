@@ -12,6 +12,7 @@ static const td_cli_cmd_t commands[] = {
     {"bench", "open-loop load test of an OpenAI-compatible server (vLLM's metrics)", td_cmd_bench},
     {"tokenize", "print the token ids of a text (tokenizer.json)", td_cmd_tokenize},
     {"detokenize", "print the text of token ids (tokenizer.json)", td_cmd_detokenize},
+    {"apikey", "make an API key and its key file line, or hash a key", td_cmd_apikey},
     {"kvhash", "print a prompt's KV block hashes (the cache and cluster index keys)", td_cmd_kvhash},
     {"ctl", "status, drain, generate through a running cluster's router", td_cmd_ctl},
     {NULL, NULL, NULL},

@@ -1,10 +1,19 @@
 /* td_backend.h: the compute backend interface: a struct of function pointers the engine's forward
- * passes call for every heavy operation. The CPU backend (common/backend/cpu/) is the only one;
- * another would fill the same table from a folder of its own.
+ * passes call for every heavy operation. The CPU backend (common/backend/cpu/) is always built;
+ * the CUDA backend (common/backend/cuda/, td_cuda.h) with the `cuda` feature.
  *
  * All activations are fp32, row-major, with an explicit leading dimension (`*_ld`, in floats) so
  * an operation can read or write a column range of a wider buffer. Weights are td_mat_t in their
- * stored dtype. For the CPU backend every pointer is host memory.
+ * stored dtype.
+ *
+ * Memory. Activation buffers (every `float *` an operation reads or writes other than a weight)
+ * come from the backend's `alloc` (the engine's arena is TD_MEM_SHARED); the KV pool's memory from
+ * td_backend_kv_pool_init (kind `kv_mem`). Weights (td_mat_t data, norm weights), RoPE
+ * frequencies, positions and token tables are host memory: a device backend copies weights once
+ * (cached by address; the model must outlive the backend) and the per-step tables on each call.
+ * Operations may run asynchronously in one queue, in call order; `sync` waits for them, after
+ * which the host may touch SHARED memory they wrote. For the CPU backend every pointer is host
+ * memory, operations are synchronous and sync does nothing.
  */
 #ifndef TD_BACKEND_H
 #define TD_BACKEND_H
@@ -28,6 +37,17 @@ struct td_backend {
     const char *name;
     void *impl;
     void (*destroy)(td_backend_t *b);
+
+    /* Memory. alloc: `bytes` of kind `kind`, 64-byte aligned and zeroed, or NULL (td_err_set).
+     * free: what alloc returned (NULL ok). copy: `bytes` between any two of this backend's
+     * memories and host memory, in order with the queued operations (host destinations are
+     * written once sync returns). sync: wait for every queued operation and copy. */
+    void *(*alloc)(td_backend_t *b, size_t bytes, td_mem_kind_t kind);
+    void (*free)(td_backend_t *b, void *p, td_mem_kind_t kind);
+    void (*copy)(td_backend_t *b, void *dst, const void *src, size_t bytes);
+    void (*sync)(td_backend_t *b);
+    td_mem_kind_t kv_mem; /* where this backend wants the KV pool */
+    int max_head;         /* widest head_dim (attn_gqa) or kv_rank (attn_mla) it accumulates */
 
     /* out[t][r] = sum_c W[r][c] * x[t][c] for t < T, r < W->rows (x rows hold W->cols values). */
     void (*matmul)(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
@@ -64,6 +84,41 @@ struct td_backend {
                      const td_kv_pool_t *pool, int layer, int n_heads, int kv_rank, int rope_dim,
                      float scale);
 };
+
+/* A KV pool whose memory comes from `b` (kind b->kv_mem, zeroed). 0, TD_EINVAL or TD_ENOMEM. */
+int td_backend_kv_pool_init(td_backend_t *b, td_kv_pool_t *p, const td_kv_layout_t *l,
+                            int n_blocks);
+/* Free a pool made by td_backend_kv_pool_init, its memory included. */
+void td_backend_kv_pool_free(td_backend_t *b, td_kv_pool_t *p);
+/* Stage block `id` of `p` out to host memory `dst` (to_host) or in from host memory `src`
+ * (block_bytes bytes; PINNED memory from b->alloc, registered with the data plane, transfers at
+ * full speed), in order with the queued operations, and wait for it. */
+void td_backend_kv_block_out(td_backend_t *b, const td_kv_pool_t *p, int32_t id, void *dst);
+void td_backend_kv_block_in(td_backend_t *b, td_kv_pool_t *p, int32_t id, const void *src);
+
+/* What a device backend uploads for a step's cache locations: `words` holds, for each of T
+ * tokens, {pos, start, offset of its block table in the block ids, 0}, then the block ids: each
+ * distinct block table once (tokens of one sequence share it), up to the furthest block any of its
+ * tokens reaches. So token t's position p lives in block words[4T + words[4t + 2] + p / B]. */
+typedef struct td_tok_tables {
+    int32_t *words;
+    size_t n_words;
+    /* private */
+    size_t cap;
+    const int32_t **seq; /* [seq_cap] distinct block tables */
+    int32_t *len, *off;  /* [seq_cap] blocks taken from each, and where they start in the ids */
+    int32_t *tok_seq;    /* [seq_cap] which of them each token uses */
+    size_t seq_cap;
+} td_tok_tables_t;
+
+/* Fill tt from toks (T >= 0, block size B); tt starts zeroed and is reused across calls. 0 or
+ * TD_ENOMEM. */
+int td_tok_tables_build(td_tok_tables_t *tt, const td_attn_tok_t *toks, int T, int B);
+void td_tok_tables_free(td_tok_tables_t *tt);
+
+/* out[i] = in[i] rounded to BF16 (nearest, ties to even; NaN stays NaN), as raw bits. in and out
+ * may overlap when out starts at or before in (in-place packing of a float buffer). */
+void td_bf16_round(const float *in, uint16_t *out, size_t n);
 
 /* The widest head (attn_gqa's head_dim) or latent (attn_mla's kv_rank) the CPU backend's attention
  * accumulates, in floats. */

@@ -82,16 +82,19 @@ int td_engine_create(const td_model_t *m, const td_engine_opts_t *opts, td_engin
     if (!arch)
         return td_err_set(TD_ENOTSUP, "%s: no forward for architecture %s", m->path,
                           td_arch_name(c->arch));
-    if (arch->head_width(c) > TD_CPU_MAX_HEAD)
-        return td_err_set(TD_ENOTSUP, "%s: head width beyond the CPU backend's %d", m->path,
-                          TD_CPU_MAX_HEAD);
+    td_backend_t *lent = opts ? opts->backend : NULL;
+    int max_head = lent ? lent->max_head : TD_CPU_MAX_HEAD;
+    if (arch->head_width(c) > max_head)
+        return td_err_set(TD_ENOTSUP, "%s: head width beyond the %s backend's %d", m->path,
+                          lent ? lent->name : "cpu", max_head);
     td_engine_t *e = td_calloc(1, sizeof(*e));
     if (!e)
         return td_err_set(TD_ENOMEM, "out of memory");
     e->m = m;
     e->arch = arch;
     e->inv_freq = td_calloc((size_t)c->rope_dim / 2 + 1, sizeof(float));
-    e->be = td_cpu_backend_create(opts && opts->n_threads > 0 ? opts->n_threads : 1);
+    e->own_be = lent == NULL;
+    e->be = lent ? lent : td_cpu_backend_create(opts && opts->n_threads > 0 ? opts->n_threads : 1);
     if (!e->inv_freq || !e->be) {
         td_engine_free(e);
         return td_err_set(TD_ENOMEM, "out of memory creating the engine");
@@ -107,10 +110,13 @@ void td_engine_free(td_engine_t *e)
 {
     if (!e)
         return;
-    if (e->be)
-        e->be->destroy(e->be);
+    if (e->be) {
+        e->be->free(e->be, e->arena, TD_MEM_SHARED);
+        if (e->own_be)
+            e->be->destroy(e->be);
+    }
     free(e->inv_freq);
-    free(e->arena);
+    free(e->emb);
     free(e);
 }
 
@@ -137,10 +143,33 @@ static int arena_reserve(td_engine_t *e, size_t n)
 {
     if (n <= e->arena_cap)
         return 0;
-    free(e->arena);
-    e->arena = aligned_alloc(64, TD_ALIGN_UP(n * sizeof(float), (size_t)64));
+    e->be->free(e->be, e->arena, TD_MEM_SHARED); /* host and device code both touch the arena */
+    e->arena = e->be->alloc(e->be, n * sizeof(float), TD_MEM_SHARED);
     e->arena_cap = e->arena ? n : 0;
     return e->arena ? 0 : td_err_set(TD_ENOMEM, "out of memory: %zu floats of scratch", n);
+}
+
+/* x[t] = the embedding of tokens[t]. On a backend with host memory straight into x; otherwise
+ * through a host buffer and the backend's copy, so the host never touches the arena. */
+static int embed(td_engine_t *e, const int32_t *tokens, int T, float *x)
+{
+    size_t H = (size_t)e->m->cfg.hidden;
+    if (e->be->kv_mem == TD_MEM_HOST) {
+        for (int t = 0; t < T; t++)
+            td_mat_row_f32(&e->m->tok_embd, tokens[t], x + t * H);
+        return 0;
+    }
+    if ((size_t)T * H > e->emb_cap) {
+        free(e->emb);
+        e->emb_cap = 0;
+        if (!(e->emb = malloc((size_t)T * H * sizeof(float))))
+            return td_err_set(TD_ENOMEM, "out of memory: %d embeddings", T);
+        e->emb_cap = (size_t)T * H;
+    }
+    for (int t = 0; t < T; t++)
+        td_mat_row_f32(&e->m->tok_embd, tokens[t], e->emb + t * H);
+    e->be->copy(e->be, x, e->emb, (size_t)T * H * sizeof(float));
+    return 0;
 }
 
 int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int n)
@@ -200,28 +229,32 @@ int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int
     td__step_t s = {T, tokens, pos, toks, pool};
 
     float *x = td__scratch(e, T * H); /* [T][hidden] residual stream */
-    for (int t = 0; t < T; t++)
-        td_mat_row_f32(&e->m->tok_embd, tokens[t], x + t * H);
+    if ((rc = embed(e, tokens, T, x)))
+        goto out;
 
     e->arch->forward(e, &s, x);
 
+    /* the rows and logits move with the backend's copy (memcpy on the CPU), so on a device the
+     * arena's pages stay where the operations use them */
+    td_backend_t *B = e->be;
     if (n_out) {
         float *h = td__scratch(e, (size_t)n_out * H);      /* [n_out][hidden] last tokens */
         float *logits = td__scratch(e, (size_t)n_out * V); /* [n_out][vocab] */
         for (int i = 0, t = 0, o = 0; i < n; i++) {
             t += seqs[i].n_tokens;
             if (seqs[i].logits)
-                memcpy(h + (o++) * H, x + (size_t)(t - 1) * H, H * sizeof(float));
+                B->copy(B, h + (o++) * H, x + (size_t)(t - 1) * H, H * sizeof(float));
         }
-        e->be->rmsnorm(e->be, h, (int)H, h, (int)H, n_out, (int)H, e->m->out_norm, c->rms_eps);
-        e->be->matmul(e->be, logits, (int)V, h, (int)H, n_out, &e->m->lm_head);
+        B->rmsnorm(B, h, (int)H, h, (int)H, n_out, (int)H, e->m->out_norm, c->rms_eps);
+        B->matmul(B, logits, (int)V, h, (int)H, n_out, &e->m->lm_head);
         for (int i = 0, o = 0; i < n; i++)
             if (seqs[i].logits)
-                memcpy(seqs[i].logits, logits + (o++) * V, V * sizeof(float));
-        for (int i = 0; i < n; i++)
-            if (seqs[i].smp)
-                td_sampler_sample(seqs[i].smp, seqs[i].logits, seqs[i].out);
+                B->copy(B, seqs[i].logits, logits + (o++) * V, V * sizeof(float));
     }
+    td__sync(e); /* the step's operations, KV stores and logits copies are done */
+    for (int i = 0; i < n; i++)
+        if (seqs[i].smp)
+            td_sampler_sample(seqs[i].smp, seqs[i].logits, seqs[i].out);
     for (int i = 0; i < n; i++)
         seqs[i].kv->n_tokens += seqs[i].n_tokens;
 out:

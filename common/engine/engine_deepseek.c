@@ -196,6 +196,7 @@ static void forward(td_engine_t *e, const td__step_t *s, float *x)
             continue;
         }
         B->matmul(B, logit, E, h, H, T, &w->w_router);
+        td__sync(e); /* routing and the experts' gather and scatter run here, on h and logit */
         for (int t = 0; t < T; t++)
             route(c, w->router_bias, logit + (size_t)t * E, idx + (size_t)t * K,
                   wts + (size_t)t * K, sel);
@@ -213,6 +214,7 @@ static void forward(td_engine_t *e, const td__step_t *s, float *x)
             if (n == 0)
                 continue;
             mlp(e, yg, xg, n, &w->exp_gate[ex], &w->exp_up[ex], &w->exp_down[ex], gate, up);
+            td__sync(e);
             for (int i = 0; i < n; i++)
                 for (int d = 0; d < H; d++)
                     y[(size_t)rows[i] * H + d] += roww[i] * yg[(size_t)i * H + d];

@@ -23,6 +23,7 @@ struct td_engine {
     bool is_sim;       /* the simulated engine (sim.c): no backend, no math */
     td_sim_opts_t sim; /* its latency model */
     td_backend_t *be;
+    bool own_be;       /* be was created here, not lent by the caller */
     float *inv_freq;   /* [rope_dim / 2] RoPE frequencies after scaling */
     float rope_mscale; /* multiplies cos and sin (YaRN attention factor) */
     float attn_scale;  /* softmax scale (MLA: with YaRN's mscale squared) */
@@ -30,10 +31,19 @@ struct td_engine {
     float *arena;
     size_t arena_cap; /* floats */
     size_t arena_used;
+    float *emb; /* host staging of a step's embeddings for a device backend, grown as needed */
+    size_t emb_cap;
 };
 
 /* The simulated engine's step (sim.c), after td_engine_step's checks. */
 int td__sim_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int n);
+
+/* Wait for the backend's queued operations: the engine calls it before its own code touches
+ * arena memory an operation wrote (nothing on the CPU backend). */
+static inline void td__sync(td_engine_t *e)
+{
+    e->be->sync(e->be);
+}
 
 /* Take n floats from the arena (valid until the next step). Never fails: sized beforehand. */
 float *td__scratch(td_engine_t *e, size_t n);
@@ -51,7 +61,7 @@ struct td__arch {
     /* Multiplier of RoPE's cos and sin: YaRN's attention factor, 1 without YaRN. */
     float (*rope_mscale)(const td_model_cfg_t *c);
     /* Widest per-head row attention accumulates (head_dim, or MLA's latent rank), which the
-     * backend bounds by TD_CPU_MAX_HEAD. */
+     * backend bounds by its max_head. */
     int (*head_width)(const td_model_cfg_t *c);
 };
 

@@ -47,6 +47,8 @@ static void forward(td_engine_t *e, const td__step_t *s, float *x)
         B->matmul(B, q, qd, h, H, T, &w->wq);
         B->matmul(B, kv, 2 * kd, h, H, T, &w->wk);
         B->matmul(B, kv + kd, 2 * kd, h, H, T, &w->wv);
+        if (w->bq || w->bk || w->bv)
+            td__sync(e); /* add_bias runs here, on the matmuls' outputs */
         add_bias(q, qd, T, w->bq, qd);
         add_bias(kv, 2 * kd, T, w->bk, kd);
         add_bias(kv + kd, 2 * kd, T, w->bv, kd);

@@ -231,3 +231,14 @@ td_finish_t td_sampler_accept(td_sampler_t *s, int32_t token)
         (void)td_rng_next(&s->rng); /* draw() takes exactly one value per token */
     return finish_after(s, token);
 }
+
+void td_sampler_seek(td_sampler_t *s, int n)
+{
+    td_rng_seed(&s->rng, s->p.seed);
+    s->n_generated = 0;
+    for (int i = 0; i < n; i++) {
+        if (s->p.temperature != 0)
+            (void)td_rng_next(&s->rng); /* one value per token, as draw() takes */
+        s->n_generated++;
+    }
+}

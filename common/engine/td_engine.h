@@ -17,10 +17,15 @@
 typedef struct td_engine td_engine_t;
 
 typedef struct td_engine_opts {
-    int n_threads; /* CPU threads, the caller included; 0: 1 */
+    int n_threads;         /* CPU threads, the caller included; 0: 1 */
+    td_backend_t *backend; /* run on this backend (borrowed: it outlives the engine). A device
+                              backend caches weights and tables by host address: lend it to one
+                              engine only. NULL: a CPU backend of n_threads the engine owns */
 } td_engine_opts_t;
 
-/* Create an engine for `m` on the CPU backend. 0 or TD_ENOMEM / TD_ENOTSUP. */
+/* Create an engine for `m` on the CPU backend, or opts->backend. Its KV pool must be in that
+ * backend's memory (td_backend_kv_pool_init; a td_kv_pool_init pool is host memory, right for the
+ * CPU backend). 0 or TD_ENOMEM / TD_ENOTSUP. */
 int td_engine_create(const td_model_t *m, const td_engine_opts_t *opts, td_engine_t **out);
 
 /* The SIMULATED engine's latency model (engine kind "sim", sim.c). It does no model math: a step

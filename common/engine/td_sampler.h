@@ -77,5 +77,10 @@ void td_sampler_sample(td_sampler_t *s, const float *logits, td_sample_t *out);
  * return the finish state after it. Continuing with td_sampler_sample then gives the same tokens
  * as if this sampler had drawn `token` itself. */
 td_finish_t td_sampler_accept(td_sampler_t *s, int32_t token);
+/* Put the sampler at position n: as if it had just sampled n tokens (from its seed, whatever it
+ * did before): the random stream advanced by exactly what those n draws took and n counted
+ * towards max_tokens. A sequence resumed on another worker after n generated tokens (migration)
+ * continues with the tokens an uninterrupted run would have given. */
+void td_sampler_seek(td_sampler_t *s, int n);
 
 #endif

@@ -98,6 +98,15 @@ int td_kv_pool_init_mem(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks, 
     return pool_setup(p, l, n_blocks, mem);
 }
 
+int td_kv_pool_init_mem_kind(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks, void *mem,
+                             td_mem_kind_t kind)
+{
+    int rc = td_kv_pool_init_mem(p, l, n_blocks, mem);
+    if (rc == 0)
+        p->mem_kind = kind;
+    return rc;
+}
+
 void td_kv_pool_free(td_kv_pool_t *p)
 {
     if (!p->borrowed)

@@ -40,7 +40,21 @@ int td_kv_layout_init(td_kv_layout_t *l, const td_model_t *m, int block_size);
 /* Whether two workers may exchange blocks: same fingerprint. */
 bool td_kv_layout_match(const td_kv_layout_t *a, const td_kv_layout_t *b);
 
-/* A pool of blocks in host memory, refcounted, with the worker's prefix cache (tier 0) in it.
+/* Where a buffer lives (the KV pool's memory, a backend's allocations: td_backend.h).
+ * HOST: ordinary host memory. DEVICE: accelerator memory that only the backend's operations (and
+ * a device-aware data plane) may touch; the host reaches it through the backend's copy hook.
+ * SHARED: one address valid on the host and the device (CUDA managed memory); the host touches it
+ * only after the backend's sync. PINNED: host memory the device can DMA to and from (a staging
+ * buffer, registerable with the data plane). */
+typedef enum td_mem_kind {
+    TD_MEM_HOST = 0,
+    TD_MEM_DEVICE,
+    TD_MEM_SHARED,
+    TD_MEM_PINNED,
+} td_mem_kind_t;
+
+/* A pool of blocks, in host memory unless mem_kind says otherwise, refcounted, with the worker's
+ * prefix cache (tier 0) in it.
  *
  * A full block whose content is known by its chain hash (td_kvhash.h) can be *published*: the
  * pool then finds it by that hash, and when its last reference goes it is not freed but kept as
@@ -61,6 +75,8 @@ typedef struct td_kv_pool {
     int n_free;    /* allocatable: n_stack + n_evictable */
     int32_t *refs; /* [n_blocks] reference counts (0: free or cached) */
     bool borrowed; /* mem belongs to someone else (a registered data-plane pool) */
+    /* where mem lives: HOST unless made by td_kv_pool_init_mem_kind */
+    td_mem_kind_t mem_kind;
     /* prefix cache */
     td_kvhash_t *hash;   /* [n_blocks] a published block's hash */
     uint8_t *cached;     /* [n_blocks] 1: published (findable by hash) */
@@ -88,6 +104,11 @@ void td_kv_pool_free(td_kv_pool_t *p);
  * UCX-registered pool of td_kvx so that blocks move without a copy. td_kv_pool_free leaves `mem`
  * alone. 0, TD_EINVAL or TD_ENOMEM. */
 int td_kv_pool_init_mem(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks, void *mem);
+/* td_kv_pool_init_mem over memory of kind `kind` (e.g. device memory a backend allocated:
+ * td_backend_kv_pool_init). The pool never reads or writes mem itself; td_kv_block_data and
+ * td_kv_slot return addresses in that memory. */
+int td_kv_pool_init_mem_kind(td_kv_pool_t *p, const td_kv_layout_t *l, int n_blocks, void *mem,
+                             td_mem_kind_t kind);
 /* Take a block (refcount 1): a free one, else the least recently used cached one (which leaves
  * the cache). 0 or TD_ENOSPC. */
 int td_kv_block_alloc(td_kv_pool_t *p, int32_t *id);

@@ -313,8 +313,7 @@ void td_kvx_close(td_kvx_t *k, void (*cb)(void *arg), void *arg)
         while (p->tx) {
             xfer_t *x = p->tx;
             p->tx = x->next;
-            if (x->cb)
-                x->cb(x->status ? x->status : TD_ECANCELED, x->arg);
+            td__xfer_callback(x, x->status ? x->status : TD_ECANCELED);
             td__xfer_free(x);
         }
         while (p->rx) {

@@ -16,7 +16,9 @@
  *   send.c  outgoing transfers: coalescing, posting pushes and pulls, control messages, DONE,
  *           completion and the sender's callback, serving a peer's pull;
  *   recv.c  incoming transfers: the active-message handler, receiving data runs, the DONE
- *           payload (ids, checksums, note), verification and delivery to on_recv, the ACK.
+ *           payload (ids, checksums, note), verification and delivery to on_recv, the ACK;
+ *   fetch.c fetches by content key: the FETCH message (encode, parse), sending it, serving a
+ *           peer's through on_fetch and td_kvx_fetch_answer, and checking the answer.
  *
  * Threading: everything here runs on the loop thread. Functions marked "UCX callback context"
  * may run inside ucp_worker_progress: they must not post UCX operations or call user code.
@@ -44,6 +46,7 @@ enum am_id {
     AM_DONE = 4, /* n_blocks, n_runs, flags, note_len, pull_id; payload: dst ids, csums, note */
     AM_ACK = 5,  /* status for xfer_id */
     AM_PULL = 6, /* n_blocks, flags; payload: src ids (receiver's), dst ids (sender's) */
+    AM_FETCH = 7, /* payload: the FETCH message (fetch.c): keys, dst ids (sender's) */
     AM_LAST_,
 };
 
@@ -91,7 +94,8 @@ enum peer_state {
 typedef enum xfer_kind {
     XFER_PUSH = 0,
     XFER_PULL,     /* we asked the peer to push into us */
-    XFER_PULLBACK, /* we push to answer the peer's pull; no user callback */
+    XFER_PULLBACK, /* we push to answer the peer's pull or fetch (a fetch's has a callback) */
+    XFER_FETCH,    /* we asked the peer for blocks by key; it answers with a pullback */
 } xfer_kind_t;
 
 /* One outgoing transfer (send.c). Owned by its peer's tx list until td__tx_check completes it;
@@ -109,7 +113,10 @@ typedef struct xfer {
     uint32_t note_len;
     unsigned flags;
     td_kvx_done_cb cb;
+    td_kvx_fetch_cb fcb;   /* XFER_FETCH: called instead of cb */
     void *arg;
+    uint8_t *keys;         /* XFER_FETCH: [n * TD_KVX_KEY_BYTES] */
+    uint32_t n_got;        /* XFER_FETCH: blocks the answer delivered */
     int status;            /* first error seen */
     uint32_t ops_out;      /* UCX requests in flight that reference this transfer */
     bool posted;           /* data operations posted */
@@ -198,6 +205,7 @@ typedef enum task_type {
     TASK_TX_CHECK,
     TASK_ACK,  /* instance, xfer_id, status */
     TASK_PULL, /* instance, payload */
+    TASK_FETCH, /* instance, payload */
     TASK_PEER_ERR,
 } task_type_t;
 
@@ -212,8 +220,8 @@ typedef struct task {
     wire_hdr_t hdr;
     void *desc;    /* TASK_RECV: UCX data descriptor */
     void *dst;     /* TASK_RECV: where the bytes go */
-    size_t len;    /* TASK_RECV: bytes; HELLO, PULL: payload bytes */
-    uint8_t *data; /* HELLO, PULL: payload copy */
+    size_t len;    /* TASK_RECV: bytes; HELLO, PULL, FETCH: payload bytes */
+    uint8_t *data; /* HELLO, PULL, FETCH: payload copy */
     ucp_ep_h ep;   /* PEER_ERR: the failed endpoint */
     int status;
 } task_t;
@@ -328,6 +336,31 @@ void td__xfer_free(xfer_t *x);
 void td__xfer_give_up(td_kvx_peer_t *p);
 /* Free the detached handles UCX never completed. Only once the worker is destroyed. */
 void td__free_orphans(td_kvx_t *k);
+/* A new transfer of p of `kind` with copies of src (NULL: zeros) and dst, appended to p's tx
+ * list. NULL when out of memory. */
+xfer_t *td__xfer_new(td_kvx_peer_t *p, xfer_kind_t kind, const uint32_t *src, const uint32_t *dst,
+                     uint32_t n);
+/* 0 when every id is below limit, else TD_ERANGE naming the first bad one and its index. */
+int td__check_ids(uint32_t limit, const uint32_t *ids, uint32_t n, const char *what);
+/* Remove x from its peer's tx list (it must be there). */
+void td__xfer_unlink(xfer_t *x);
+/* Connect x's peer when needed and queue x's first check. 0, or the connect error (x is then
+ * unlinked and freed; its callback never runs). */
+int td__xfer_launch(xfer_t *x);
+/* Run x's user callback (cb, or fcb for a fetch) with `status`, if it has one. */
+void td__xfer_callback(xfer_t *x, int status);
+/* Send a control message answering the peer's pull or fetch `pull_id` with an error. */
+void td__answer_error(td_kvx_peer_t *p, uint64_t pull_id, int status);
+
+/* ---- fetch.c: fetches by content key ---------------------------------------------------------*/
+
+/* Post the FETCH message of x (from td__tx_check). */
+void td__fetch_send(xfer_t *x);
+/* Task: the peer asked us for blocks by key (t->data: the FETCH message). */
+void td__serve_fetch(td_kvx_t *k, task_t *t);
+/* r answers fetch x: check it (a leading run of the asked dst ids, checksums when asked) and set
+ * x->n_got. Returns the transfer's status: `status` (the receive's), or TD_EPROTO. */
+int td__fetch_answered(xfer_t *x, const rx_t *r, int status);
 
 /* ---- recv.c: incoming transfers -------------------------------------------------------------*/
 

@@ -104,6 +104,9 @@ static void run_task(td_kvx_t *k, task_t *t)
     case TASK_PULL:
         td__serve_pull(k, t);
         break;
+    case TASK_FETCH:
+        td__serve_fetch(k, t);
+        break;
     case TASK_PEER_ERR:
         td__peer_ep_error(k, t);
         break;

@@ -140,6 +140,10 @@ void td__peer_close_ep(td_kvx_peer_t *p)
         /* UCX may never complete some requests of the closed endpoint (a rendezvous send to a
          * dead receiver): the transfers stop waiting for them and complete with their error */
         td__xfer_give_up(p);
+        /* failed pulls and fetches waited for this: no more data reaches their blocks */
+        for (xfer_t *x = p->tx; x; x = x->next)
+            if ((x->kind == XFER_PULL || x->kind == XFER_FETCH) && x->status != 0)
+                td__queue_tx_check(x);
     }
     p->tearing = false;
 }

@@ -2,8 +2,8 @@
  * it into a task or into state of the receive it belongs to (rx_t, one per sender transfer id):
  * DATA runs are received straight into the pool, DONE carries the destination ids, checksums and
  * note. Once DONE and every run are in, td__rx_check verifies the checksums, delivers the
- * transfer to on_recv (or, for the answer to one of our pulls, completes that pull) and sends the
- * ACK.
+ * transfer to on_recv (or, for the answer to one of our pulls or fetches, completes it) and sends
+ * the ACK.
  *
  * Ownership: a receive (rx_t) is owned by its peer's rx list until td__rx_check frees it; a
  * rendezvous descriptor UCX hands to am_cb stays UCX's, kept alive by returning UCS_INPROGRESS,
@@ -163,8 +163,9 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_len, void
         td__queue_task(k, t);
         return UCS_OK;
     }
-    case AM_PULL: {
-        task_t *t = td__new_task(TASK_PULL);
+    case AM_PULL:
+    case AM_FETCH: {
+        task_t *t = td__new_task(h.type == AM_PULL ? TASK_PULL : TASK_FETCH);
         t->peer = p;
         t->hdr = h;
         t->len = rndv ? 0 : len;
@@ -224,9 +225,10 @@ void td__rx_check(rx_t *r)
     if (r->pull_id) {
         /* the answer to one of our pulls */
         for (xfer_t *x = p->tx; x; x = x->next) {
-            if (x->id == r->pull_id && x->kind == XFER_PULL) {
+            if (x->id == r->pull_id && (x->kind == XFER_PULL || x->kind == XFER_FETCH)) {
+                int st = x->kind == XFER_FETCH ? td__fetch_answered(x, r, status) : status;
                 if (x->status == 0)
-                    x->status = status;
+                    x->status = st;
                 x->acked = true;
                 td__queue_tx_check(x);
                 break;

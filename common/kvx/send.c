@@ -351,11 +351,11 @@ void td__xfer_free(xfer_t *x)
     free(x->src);
     free(x->dst);
     free(x->note);
+    free(x->keys);
     free(x);
 }
 
-/* Remove x from its peer's tx list (it must be there). */
-static void unlink_tx(xfer_t *x)
+void td__xfer_unlink(xfer_t *x)
 {
     xfer_t **pp = &x->peer->tx;
     while (*pp && *pp != x)
@@ -370,10 +370,15 @@ void td__tx_check(xfer_t *x)
     td_kvx_peer_t *p = x->peer;
     td_kvx_t *k = p->kvx;
     x->check_queued = false;
+    bool asks = x->kind == XFER_PULL || x->kind == XFER_FETCH;
     if (x->status == 0 && p->state == PEER_READY) {
-        if (x->kind == XFER_PULL) {
-            if (!x->posted)
-                send_pull(x);
+        if (asks) {
+            if (!x->posted) {
+                if (x->kind == XFER_PULL)
+                    send_pull(x);
+                else
+                    td__fetch_send(x);
+            }
         } else {
             if (!x->posted)
                 post_push(x);
@@ -387,34 +392,41 @@ void td__tx_check(xfer_t *x)
     TD_ASSERT(x->ops == NULL);
     if (x->status == 0 && !x->acked)
         return;
-    if (x->status == 0 && x->kind != XFER_PULL)
+    /* a failed pull or fetch whose peer failed: the peer's pushes into our blocks may still be
+     * in flight until the endpoint is closed (td__peer_close_ep checks it again then) */
+    if (x->status != 0 && asks && p->tearing)
+        return;
+    if (x->status == 0 && !asks)
         k->stats.bytes_pushed += x->payload_b;
-    unlink_tx(x);
-    if (x->cb && !k->closing)
-        x->cb(x->status, x->arg);
-    else if (x->cb)
-        x->cb(x->status ? x->status : TD_ECANCELED, x->arg);
+    td__xfer_unlink(x);
+    td__xfer_callback(x, x->status || !k->closing ? x->status : TD_ECANCELED);
     td__xfer_free(x);
 }
 
-/* A new transfer of p with copies of src and dst, appended to p's tx list. NULL when out of
- * memory. */
-static xfer_t *new_xfer(td_kvx_peer_t *p, xfer_kind_t kind, const uint32_t *src,
-                        const uint32_t *dst, uint32_t n)
+void td__xfer_callback(xfer_t *x, int status)
+{
+    if (x->kind == XFER_FETCH && x->fcb)
+        x->fcb(status, status == 0 ? x->n_got : 0, x->arg);
+    else if (x->cb)
+        x->cb(status, x->arg);
+}
+
+xfer_t *td__xfer_new(td_kvx_peer_t *p, xfer_kind_t kind, const uint32_t *src, const uint32_t *dst,
+                     uint32_t n)
 {
     xfer_t *x = calloc(1, sizeof(*x));
     if (!x)
         return NULL;
-    x->src = malloc((size_t)(n ? n : 1) * 4);
+    x->src = calloc((size_t)(n ? n : 1), 4);
     x->dst = malloc((size_t)(n ? n : 1) * 4);
     if (!x->src || !x->dst) {
         td__xfer_free(x);
         return NULL;
     }
-    if (n) {
+    if (n && src)
         memcpy(x->src, src, (size_t)n * 4);
+    if (n)
         memcpy(x->dst, dst, (size_t)n * 4);
-    }
     x->peer = p;
     x->kind = kind;
     x->n = n;
@@ -428,7 +440,7 @@ static xfer_t *new_xfer(td_kvx_peer_t *p, xfer_kind_t kind, const uint32_t *src,
 }
 
 /* 0 when every id is below limit, else TD_ERANGE naming the first bad one and its index. */
-static int check_ids(uint32_t limit, const uint32_t *ids, uint32_t n, const char *what)
+int td__check_ids(uint32_t limit, const uint32_t *ids, uint32_t n, const char *what)
 {
     for (uint32_t i = 0; i < n; i++)
         if (ids[i] >= limit)
@@ -454,20 +466,20 @@ static int start_xfer(td_kvx_peer_t *p, xfer_kind_t kind, const uint32_t *src, c
         return td_err_set(TD_EMISMATCH, "kvx: peer %016llx refused our layout",
                           (unsigned long long)p->instance);
     bool push = kind == XFER_PUSH;
-    int rc = check_ids(push ? k->layout.n_blocks : p->n_blocks, src, n,
+    int rc = td__check_ids(push ? k->layout.n_blocks : p->n_blocks, src, n,
                        push ? "source" : "remote source");
     if (rc == 0)
-        rc = check_ids(push ? p->n_blocks : k->layout.n_blocks, dst, n,
+        rc = td__check_ids(push ? p->n_blocks : k->layout.n_blocks, dst, n,
                        push ? "remote destination" : "destination");
     if (rc < 0)
         return rc;
-    xfer_t *x = new_xfer(p, kind, src, dst, n);
+    xfer_t *x = td__xfer_new(p, kind, src, dst, n);
     if (!x)
         return TD_ENOMEM;
     if (note_len) {
         x->note = malloc(note_len);
         if (!x->note) {
-            unlink_tx(x);
+            td__xfer_unlink(x);
             td__xfer_free(x);
             return TD_ENOMEM;
         }
@@ -477,10 +489,16 @@ static int start_xfer(td_kvx_peer_t *p, xfer_kind_t kind, const uint32_t *src, c
     x->flags = flags;
     x->cb = cb;
     x->arg = arg;
+    return td__xfer_launch(x);
+}
+
+int td__xfer_launch(xfer_t *x)
+{
+    td_kvx_peer_t *p = x->peer;
     if (p->state == PEER_IDLE || (p->state == PEER_FAILED && !p->tearing)) {
-        rc = td__peer_connect(p);
+        int rc = td__peer_connect(p);
         if (rc < 0) {
-            unlink_tx(x);
+            td__xfer_unlink(x);
             td__xfer_free(x);
             return rc;
         }
@@ -507,7 +525,7 @@ int td_kvx_pull(td_kvx_peer_t *p, const uint32_t *src, const uint32_t *dst, uint
 void td__tx_ack(td_kvx_t *k, task_t *t)
 {
     for (xfer_t *x = t->peer->tx; x; x = x->next) {
-        if (x->id == t->hdr.xfer_id && x->kind != XFER_PULL) {
+        if (x->id == t->hdr.xfer_id && (x->kind == XFER_PUSH || x->kind == XFER_PULLBACK)) {
             if (t->hdr.status < 0 && x->status == 0)
                 x->status = t->hdr.status;
             x->acked = true;
@@ -528,9 +546,9 @@ void td__serve_pull(td_kvx_t *k, task_t *t)
     if (n == 0 || t->len != (size_t)n * 8)
         rc = TD_EPROTO;
     if (rc == 0)
-        rc = check_ids(k->layout.n_blocks, src, n, "pulled");
+        rc = td__check_ids(k->layout.n_blocks, src, n, "pulled");
     if (rc == 0) { /* queued until the peer is ready */
-        xfer_t *x = new_xfer(p, XFER_PULLBACK, src, dst, n);
+        xfer_t *x = td__xfer_new(p, XFER_PULLBACK, src, dst, n);
         if (x) {
             x->pull_id = t->hdr.xfer_id;
             x->flags = t->hdr.flags & TD_KVX_F_CSUM;
@@ -539,6 +557,11 @@ void td__serve_pull(td_kvx_t *k, task_t *t)
         }
         rc = TD_ENOMEM;
     }
-    wire_hdr_t h = {.xfer_id = ++k->next_id, .pull_id = t->hdr.xfer_id, .status = rc};
+    td__answer_error(p, t->hdr.xfer_id, rc);
+}
+
+void td__answer_error(td_kvx_peer_t *p, uint64_t pull_id, int status)
+{
+    wire_hdr_t h = {.xfer_id = ++p->kvx->next_id, .pull_id = pull_id, .status = status};
     td__ctl_send(p, NULL, AM_DONE, &h, NULL, 0);
 }

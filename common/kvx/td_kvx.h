@@ -15,6 +15,10 @@
  * is in place (and, with TD_KVX_F_CSUM, checked against the sender's per-block XXH3-64). The
  * sender's callback runs when the receiver has acknowledged (status 0) or when the transfer failed.
  * pull: asks the peer to push the given blocks of its pool into ours; same guarantees.
+ * fetch: asks the peer for blocks by content name (a 16-byte key, the KV block hash) rather than
+ * by id: the peer's on_fetch resolves the keys (pinning the blocks it holds, reading others from
+ * disk) and answers with td_kvx_fetch_answer, a push of a leading run of them into our blocks;
+ * the requester learns how many arrived (checked with TD_KVX_F_CSUM).
  *
  * Threading: everything runs on the loop thread that created the td_kvx_t. Callbacks are never
  * called from inside UCX callbacks or from inside td_kvx_push/pull; they run from the loop.
@@ -74,6 +78,30 @@ typedef void (*td_kvx_recv_cb)(td_kvx_t *kvx, td_kvx_peer_t *peer, const td_kvx_
  * UCX no longer touches the source or destination blocks of this transfer. */
 typedef void (*td_kvx_done_cb)(int status, void *arg);
 
+/* Bytes of a fetch key (a block's content name: the KV block hash, td_kvhash.h). */
+#define TD_KVX_KEY_BYTES 16u
+
+/* Called once for each fetch that td_kvx_fetch accepted: status 0 and n_got >= 1: the blocks
+ * dst[0, n_got) of the request hold the content of keys[0, n_got) (verified with TD_KVX_F_CSUM;
+ * the peer may serve fewer than asked: a leading run); status < 0 and n_got 0: nothing usable
+ * (TD_ENOENT: the peer holds none of them; TD_ECHECKSUM, TD_EPROTO, or the peer's failure). When
+ * it runs, UCX no longer touches the destination blocks. */
+typedef void (*td_kvx_fetch_cb)(int status, uint32_t n_got, void *arg);
+
+/* A peer's fetch, as the holder sees it in on_fetch. Valid only during the callback: copy what
+ * the answer needs (peer, id, flags, dst). */
+typedef struct td_kvx_fetch_req {
+    td_kvx_peer_t *peer; /* the requester (owned by kvx, valid until td_kvx_close) */
+    uint64_t id;         /* its fetch id, named in the answer */
+    unsigned flags;      /* TD_KVX_F_CSUM: the answer must carry checksums */
+    uint32_t n;
+    const uint8_t *keys; /* [n * TD_KVX_KEY_BYTES] the wanted contents, in order */
+    const uint32_t *dst; /* [n] the requester's block ids for them */
+} td_kvx_fetch_req_t;
+/* Serve a fetch: resolve the keys now or later and answer exactly once with
+ * td_kvx_fetch_answer. Runs from the loop. */
+typedef void (*td_kvx_fetch_serve_cb)(td_kvx_t *kvx, const td_kvx_fetch_req_t *req, void *arg);
+
 /* Who allocates the pool's memory. */
 typedef enum td_kvx_pool_alloc {
     TD_KVX_POOL_UCX = 0,  /* ucp_mem_map(ALLOCATE): a shared-memory segment that local peers map,
@@ -88,6 +116,7 @@ typedef struct td_kvx_opts {
     td_kvx_recv_cb on_recv;   /* may be NULL (incoming pushes acknowledged, not reported) */
     void *arg;                /* passed to on_recv */
     td_kvx_pool_alloc_t pool; /* TD_KVX_POOL_UCX */
+    td_kvx_fetch_serve_cb on_fetch; /* may be NULL: fetches are answered TD_ENOTSUP */
 } td_kvx_opts_t;
 
 /* Flags for td_kvx_push / td_kvx_pull. */
@@ -137,6 +166,34 @@ int td_kvx_push(td_kvx_peer_t *peer, const uint32_t *src, const uint32_t *dst, u
  * used until `cb` runs. Same return contract as td_kvx_push. */
 int td_kvx_pull(td_kvx_peer_t *peer, const uint32_t *src, const uint32_t *dst, uint32_t n,
                 unsigned flags, td_kvx_done_cb cb, void *arg);
+
+/* Fetch `n` blocks by content: keys[i] (TD_KVX_KEY_BYTES each) into our block dst[i]. The peer
+ * serves a leading run of them (td_kvx_fetch_req_t, td_kvx_fetch_answer). The destination blocks
+ * must not be used until `cb` runs. Same return contract as td_kvx_push (TD_ERANGE for a dst id
+ * outside our pool, TD_EINVAL for n == 0 or n above the peer's pool size). */
+int td_kvx_fetch(td_kvx_peer_t *peer, const uint8_t *keys, const uint32_t *dst, uint32_t n,
+                 unsigned flags, td_kvx_fetch_cb cb, void *arg);
+
+/* Answer fetch `id` of `peer` (from on_fetch's request, `flags` as it asked, plus test flags):
+ * with n >= 1, push our blocks src[i] -> the requester's dst[i] for its first n keys, in order;
+ * `cb` runs when the requester acknowledged or the push failed, and the source blocks must stay
+ * unchanged until then. With n == 0, tell it `status` (< 0, e.g. TD_ENOENT: none held); cb never
+ * runs. Returns 0, or an error and cb never runs (TD_ERANGE, TD_ENOMEM, TD_ECLOSED, the endpoint
+ * error). */
+int td_kvx_fetch_answer(td_kvx_peer_t *peer, uint64_t id, unsigned flags, const uint32_t *src,
+                        const uint32_t *dst, uint32_t n, int status, td_kvx_done_cb cb, void *arg);
+
+/* The FETCH message's payload (docs/dataplane.md, Formats), exposed for tests and fuzzing.
+ * td_kvx_fetch_size: its bytes for n keys. td_kvx_fetch_encode writes it into out (that many
+ * bytes). td_kvx_fetch_parse checks `len` bytes at `buf` (any alignment): n >= 1 and <= max_n,
+ * the key size, known flags only, the exact length, every destination id below dst_limit. On
+ * success out->keys points into buf and out->dst into `dst_out` ([max_n], aligned copies); peer
+ * and id are left 0. TD_EPROTO (td_err_msg says which field) otherwise. */
+size_t td_kvx_fetch_size(uint32_t n);
+void td_kvx_fetch_encode(uint8_t *out, const uint8_t *keys, const uint32_t *dst, uint32_t n,
+                         unsigned flags);
+int td_kvx_fetch_parse(const void *buf, size_t len, uint32_t max_n, uint32_t dst_limit,
+                       uint32_t *dst_out, td_kvx_fetch_req_t *out);
 
 /* Transfers of this peer not yet completed (pushes and pulls we started). */
 uint32_t td_kvx_peer_pending(const td_kvx_peer_t *peer);

@@ -112,6 +112,14 @@ out:
     return rc ? td_err_set(rc, "HMAC-SHA256 failed in OpenSSL") : 0;
 }
 
+int td_sha256(const void *p, size_t n, uint8_t out[32])
+{
+    unsigned int outl = 0;
+    if (!EVP_Digest(p, n, out, &outl, EVP_sha256(), NULL) || outl != 32)
+        return td_err_set(TD_EINTERNAL, "SHA-256 failed in OpenSSL");
+    return 0;
+}
+
 bool td_auth_equal(const uint8_t *a, const uint8_t *b, size_t n)
 {
     return CRYPTO_memcmp(a, b, n) == 0;

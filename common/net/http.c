@@ -6,12 +6,14 @@
 #include "td_util.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <h2o.h>
 #include <json-c/json.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "td_rpc.h" /* td_rpc_addr_parse */
 
@@ -29,10 +31,102 @@ typedef struct dispatch {
     td_http_server_t *server;
 } dispatch_t;
 
-/* An accepted connection's libuv handle, tagged with its server for the close callback. */
+/* h2o's own error answers (413 for a body over the limit, 400 for a broken body framing, 417)
+ * are text/plain; this filter turns their body into the OpenAI-style JSON error every other
+ * answer has. Registered on every path, including the fallback a request gets when it failed
+ * before routing. */
+typedef struct errfilter {
+    h2o_filter_t super; /* must be first */
+} errfilter_t;
+
+typedef struct errstream {
+    h2o_ostream_t super; /* must be first */
+} errstream_t;
+
+static void json_error(int status, const char *text, size_t len, td_buf_t *out)
+{
+    const char *code = status == 413 ? "request_too_large" : status == 400 ? "bad_request" : NULL;
+    td_buf_append_str(out, "{\"error\":{\"message\":");
+    td_buf_append_json_string(out, text, len);
+    td_buf_append_str(out, ",\"type\":\"invalid_request_error\",\"param\":null,\"code\":");
+    if (code)
+        td_buf_printf(out, "\"%s\"}}", code);
+    else
+        td_buf_append_str(out, "null}}");
+}
+
+static void errstream_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t n,
+                           h2o_send_state_t state)
+{
+    if (h2o_send_state_is_in_progress(state)) { /* not h2o's one-piece error: as it is */
+        h2o_ostream_send_next(self, req, bufs, n, state);
+        return;
+    }
+    td_buf_t text, out;
+    td_buf_init(&text);
+    td_buf_init(&out);
+    for (size_t i = 0; i < n; i++)
+        td_buf_append(&text, bufs[i].base, bufs[i].len);
+    if (req->res.status == 413)
+        td_buf_printf(&text, " (the limit is %zu bytes)",
+                      req->conn->ctx->globalconf->max_request_entity_size);
+    json_error(req->res.status, text.data ? text.data : "", text.len, &out);
+    h2o_iovec_t body = {NULL, 0};
+    if (out.data) {
+        body = h2o_strdup(&req->pool, out.data, out.len);
+        req->res.content_length = body.len;
+        h2o_set_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE,
+                       H2O_STRLIT("application/json"), 1);
+        h2o_ostream_send_next(self, req, &body, 1, state);
+    } else {
+        h2o_ostream_send_next(self, req, bufs, n, state);
+    }
+    td_buf_free(&text);
+    td_buf_free(&out);
+}
+
+static void errfilter_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
+{
+    ssize_t at = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (req->res.status >= 400 && at >= 0 &&
+        h2o_memis(req->res.headers.entries[at].value.base, req->res.headers.entries[at].value.len,
+                  H2O_STRLIT("text/plain; charset=utf-8"))) {
+        errstream_t *es = (errstream_t *)h2o_add_ostream(req, sizeof(*es), slot);
+        es->super.do_send = errstream_send;
+        slot = &es->super.next;
+    }
+    h2o_setup_next_ostream(req, slot);
+}
+
+/* picohttpparser (inside libh2o; libh2o-dev ships no header for it): the request-head parser
+ * h2o itself runs, used here to recognise garbage before h2o answers it in plain text. */
+struct phr_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len,
+                      const char **path, size_t *path_len, int *minor_version,
+                      struct phr_header *headers, size_t *num_headers, size_t last_len);
+
+#define PEEK_MAX (64u << 10) /* bytes of a first request head read before h2o takes over */
+#define PEEK_TIMEOUT_MS 10000 /* h2o's own request-head deadline */
+
+/* An accepted connection's libuv handle, tagged with its server for the close callback. Until
+ * its first request head has arrived the server reads it itself (peek): a head that cannot
+ * parse gets an OpenAI-style JSON 400 (h2o would answer plain text); one that parses is handed to
+ * h2o with the bytes read so far. */
 typedef struct conn {
     uv_tcp_t tcp; /* must be first: h2o closes it with our callback */
     td_http_server_t *server;
+    uv_timer_t timer; /* the peek's deadline */
+    uv_write_t wreq;  /* the JSON 400 */
+    char *peek;       /* [n_peek] bytes read while peeking, PEEK_MAX allocated */
+    size_t n_peek;
+    int open;         /* handles (tcp, timer) not closed yet; freed at 0 */
+    bool peeking;
+    struct conn *prev, *next; /* the server's peeking connections */
 } conn_t;
 
 struct td_http_server {
@@ -46,8 +140,21 @@ struct td_http_server {
     bool closing;
     bool disposed;
     size_t n_conns;
+    conn_t *peeking; /* connections whose first request head is still being read */
     route_t *routes;
+    struct watch *watches; /* unanswered requests whose client is watched (td_http_req_watch) */
+    uv_timer_t watch_timer; /* checks them every WATCH_MS while there are any */
 };
+
+/* A request whose client is checked for having gone (td_http_req_watch). */
+typedef struct watch {
+    struct watch *next;
+    h2o_req_t *req;
+    void (*on_gone)(void *ud);
+    void *ud;
+} watch_t;
+
+#define WATCH_MS 200
 
 struct td_http_stream {
     h2o_generator_t gen; /* must be first: h2o hands this pointer back */
@@ -189,10 +296,82 @@ static void set_status(h2o_req_t *q, int status, const char *content_type)
                        strlen(content_type));
 }
 
+/* The server a request came to. */
+static td_http_server_t *server_of(h2o_req_t *q)
+{
+    return (td_http_server_t *)((char *)q->conn->ctx - offsetof(td_http_server_t, ctx));
+}
+
+/* The request is answered: its client is no longer watched. */
+static void unwatch(h2o_req_t *q)
+{
+    td_http_server_t *s = server_of(q);
+    for (watch_t **pp = &s->watches; *pp; pp = &(*pp)->next)
+        if ((*pp)->req == q) {
+            watch_t *w = *pp;
+            *pp = w->next;
+            free(w);
+            break;
+        }
+    if (!s->watches)
+        uv_timer_stop(&s->watch_timer);
+}
+
+/* Whether the client of q closed its connection: h2o reads nothing while a request is being
+ * handled, so the socket is peeked (an orderly close reads as 0 bytes; pipelined bytes or
+ * nothing yet mean it is still there). */
+static bool client_gone(h2o_req_t *q)
+{
+    h2o_socket_t *sock = q->conn->callbacks->get_socket ? q->conn->callbacks->get_socket(q->conn)
+                                                        : NULL;
+    int fd = sock ? h2o_socket_get_fd(sock) : -1;
+    if (fd < 0)
+        return false;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void on_watch(uv_timer_t *t)
+{
+    td_http_server_t *s = t->data;
+    for (;;) {
+        watch_t *gone = NULL;
+        for (watch_t *w = s->watches; w && !gone; w = w->next)
+            if (client_gone(w->req))
+                gone = w;
+        if (!gone)
+            break;
+        void (*cb)(void *) = gone->on_gone;
+        void *ud = gone->ud;
+        unwatch(gone->req); /* once; the callback may answer the request */
+        cb(ud);
+    }
+}
+
+int td_http_req_watch(td_http_req_t *r, void (*on_gone)(void *ud), void *ud)
+{
+    h2o_req_t *q = H(r);
+    td_http_server_t *s = server_of(q);
+    watch_t *w = calloc(1, sizeof(*w));
+    if (!w)
+        return TD_ENOMEM;
+    w->req = q;
+    w->on_gone = on_gone;
+    w->ud = ud;
+    w->next = s->watches;
+    s->watches = w;
+    if (!uv_is_active((uv_handle_t *)&s->watch_timer))
+        uv_timer_start(&s->watch_timer, on_watch, WATCH_MS, WATCH_MS);
+    return 0;
+}
+
 void td_http_respond(td_http_req_t *r, int status, const char *content_type, const char *body,
                      size_t len)
 {
     h2o_req_t *q = H(r);
+    if (server_of(q)->watches)
+        unwatch(q);
     set_status(q, status, content_type);
     q->res.content_length = len;
     h2o_send_inline(q, body, len);
@@ -287,6 +466,8 @@ td_http_stream_t *td_http_stream_start(td_http_req_t *r, int status, const char 
     td_http_stream_t *st = calloc(1, sizeof(*st));
     if (!st)
         return NULL;
+    if (server_of(H(r))->watches)
+        unwatch(H(r));
     st->gen.proceed = on_proceed;
     st->gen.stop = on_stop;
     st->req = H(r);
@@ -360,11 +541,18 @@ td_http_server_t *td_http_server_new(uv_loop_t *loop, const td_http_opts_t *opts
     dispatch_t *d = (dispatch_t *)h2o_create_handler(path, sizeof(*d));
     d->super.on_req = on_req;
     d->server = s;
+    h2o_pathconf_t *paths[] = {path, &host->fallback_path};
+    for (size_t i = 0; i < TD_ARRAY_LEN(paths); i++) {
+        errfilter_t *f = (errfilter_t *)h2o_create_filter(paths[i], sizeof(*f));
+        f->super.on_setup_ostream = errfilter_setup;
+    }
     h2o_context_init(&s->ctx, loop, &s->config);
     s->accept_ctx.ctx = &s->ctx;
     s->accept_ctx.hosts = s->config.hosts;
     uv_timer_init(loop, &s->sentinel);
     s->sentinel.data = s;
+    uv_timer_init(loop, &s->watch_timer);
+    s->watch_timer.data = s;
     return s;
 }
 
@@ -385,13 +573,123 @@ int td_http_route(td_http_server_t *s, const char *path, td_http_handler_fn fn, 
 
 static void server_maybe_free(td_http_server_t *s);
 
-static void on_conn_closed(uv_handle_t *h)
+static void conn_handle_closed(uv_handle_t *h)
 {
-    conn_t *c = (conn_t *)h;
+    conn_t *c = h->data;
+    if (--c->open > 0)
+        return;
     td_http_server_t *s = c->server;
+    free(c->peek);
     free(c);
     s->n_conns--;
     server_maybe_free(s);
+}
+
+/* h2o closes the tcp handle with this (its data pointer is h2o's then). */
+static void on_conn_closed(uv_handle_t *h)
+{
+    conn_t *c = (conn_t *)h;
+    h->data = c;
+    conn_handle_closed(h);
+}
+
+static void peek_unlink(conn_t *c)
+{
+    if (!c->peeking)
+        return;
+    c->peeking = false;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->server->peeking = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
+}
+
+/* Close a connection h2o never saw. */
+static void peek_close(conn_t *c)
+{
+    peek_unlink(c);
+    if (!uv_is_closing((uv_handle_t *)&c->tcp))
+        uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
+}
+
+static void on_peek_timeout(uv_timer_t *t)
+{
+    peek_close(t->data);
+}
+
+static void on_bad_request_sent(uv_write_t *w, int status)
+{
+    peek_close(w->data);
+}
+
+static void bad_request(conn_t *c)
+{
+    static const char body[] =
+        "{\"error\":{\"message\":\"the request is not HTTP/1.x: its request line or headers "
+        "do not parse\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":"
+        "\"bad_request\"}}";
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    /* the response replaces the peeked bytes, which are no longer needed */
+    int n = snprintf(c->peek, PEEK_MAX,
+                     "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                     "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                     sizeof(body) - 1, body);
+    uv_buf_t b = uv_buf_init(c->peek, (unsigned)n);
+    c->wreq.data = c;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_bad_request_sent) != 0)
+        peek_close(c);
+}
+
+static void hand_to_h2o(conn_t *c)
+{
+    td_http_server_t *s = c->server;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    peek_unlink(c);
+    h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, on_conn_closed);
+    if (c->n_peek) {
+        h2o_iovec_t room = h2o_buffer_reserve(&sock->input, c->n_peek);
+        memcpy(room.base, c->peek, c->n_peek);
+        sock->input->size += c->n_peek;
+    }
+    free(c->peek);
+    c->peek = NULL;
+    h2o_accept(&s->accept_ctx, sock);
+}
+
+static void peek_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    conn_t *c = h->data;
+    *buf = uv_buf_init(c->peek + c->n_peek, (unsigned)(PEEK_MAX - c->n_peek));
+}
+
+static void peek_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    conn_t *c = st->data;
+    if (nread < 0) {
+        peek_close(c);
+        return;
+    }
+    c->n_peek += (size_t)nread;
+    if (c->n_peek == 0)
+        return;
+    static const char h2[] = "PRI * HTTP/2";
+    if (c->n_peek >= sizeof(h2) - 1 && memcmp(c->peek, h2, sizeof(h2) - 1) == 0) {
+        hand_to_h2o(c); /* h2o answers HTTP/2's preface itself */
+        return;
+    }
+    const char *m, *p;
+    size_t ml, pl, nh = 100;
+    int minor;
+    struct phr_header hdr[100];
+    int r = phr_parse_request(c->peek, c->n_peek, &m, &ml, &p, &pl, &minor, hdr, &nh, 0);
+    if (r == -1)
+        bad_request(c);
+    else if (r >= 0 || c->n_peek == PEEK_MAX)
+        hand_to_h2o(c);
 }
 
 static void on_accept(uv_stream_t *listener, int status)
@@ -404,14 +702,25 @@ static void on_accept(uv_stream_t *listener, int status)
         return;
     c->server = s;
     uv_tcp_init(s->loop, &c->tcp);
+    c->tcp.data = c;
+    c->open = 1;
     s->n_conns++;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
-        uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 || !(c->peek = malloc(PEEK_MAX))) {
+        uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, on_conn_closed);
-    h2o_accept(&s->accept_ctx, sock);
+    uv_timer_init(s->loop, &c->timer);
+    c->timer.data = c;
+    c->open = 2;
+    c->peeking = true;
+    c->next = s->peeking;
+    if (c->next)
+        c->next->prev = c;
+    s->peeking = c;
+    uv_timer_start(&c->timer, on_peek_timeout, PEEK_TIMEOUT_MS, 0);
+    if (uv_read_start((uv_stream_t *)&c->tcp, peek_alloc, peek_read) != 0)
+        peek_close(c);
 }
 
 int td_http_listen(td_http_server_t *s, const char *addr)
@@ -505,7 +814,15 @@ void td_http_server_close(td_http_server_t *s)
     if (!s || s->closing)
         return;
     s->closing = true;
+    while (s->watches) {
+        watch_t *w = s->watches;
+        s->watches = w->next;
+        free(w);
+    }
+    uv_close((uv_handle_t *)&s->watch_timer, NULL); /* closes long before the sentinel */
     h2o_context_request_shutdown(&s->ctx);
+    while (s->peeking) /* connections that have sent no request yet */
+        peek_close(s->peeking);
     if (s->listening)
         uv_close((uv_handle_t *)&s->listener, on_listener_closed);
     else

@@ -5,7 +5,6 @@
 #include "td_log.h"
 #include "td_util.h"
 
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,18 +15,21 @@
 #define NONCE_LEN 32u
 #define MAC_LEN 32u
 #define READ_CHUNK (64u << 10)
+#define FLUSH_AT (256u << 10)       /* bytes of sent frames that are written without waiting */
+#define FLUSH_KEEP_CAP (1u << 20)  /* a larger send buffer is freed once written */
 #define BACKOFF_MIN_MS 100u
-#define BACKOFF_MAX_MS 5000u
+#define BACKOFF_MAX_MS 1000u /* a restarted router sees its workers back within about 1.25 s */
 
 static const char client_label[] = "tandem-auth-v1 client";
 static const char server_label[] = "tandem-auth-v1 server";
 
 enum conn_state { ST_HANDSHAKE, ST_READY, ST_CLOSING };
 
-/* Options shared by a server's or a client's connections; owns copies of secret and id. */
+/* Options shared by a server's or a client's connections; owns copies of the secrets and id. */
 typedef struct rpc_cfg {
     td_rpc_opts_t opts;
     uint8_t *secret;
+    uint8_t *secret_prev; /* server: also accepted during a rotation, or NULL */
     char *id;
 } rpc_cfg_t;
 
@@ -55,6 +57,8 @@ struct td_rpc_conn {
     char peer_id[128];
     char reason[256];
     size_t write_queue;          /* bytes handed to uv_write and not yet completed */
+    td_buf_t out;                /* frames sent in this loop iteration, not yet written */
+    uv_idle_t flush;             /* active while `out` holds bytes: writes them next iteration */
     char *rbuf;                  /* READ_CHUNK bytes for libuv reads */
     void *data;
 };
@@ -87,6 +91,7 @@ struct td_rpc_client {
     td_rpc_conn_t *conn;
 };
 
+/* What the kernel did not take at once: the bytes stay with their uv_write until it completes. */
 typedef struct write_req {
     uv_write_t req;
     td_rpc_conn_t *conn;
@@ -112,6 +117,18 @@ static int cfg_init(rpc_cfg_t *cfg, const td_rpc_opts_t *opts)
     memcpy(cfg->secret, opts->secret, opts->secret_len);
     cfg->opts.secret = cfg->secret;
     cfg->opts.id = cfg->id;
+    cfg->opts.secret_prev = NULL;
+    cfg->opts.secret_prev_len = 0;
+    if (opts->secret_prev && opts->secret_prev_len) {
+        if (!(cfg->secret_prev = malloc(opts->secret_prev_len))) {
+            free(cfg->secret);
+            free(cfg->id);
+            return TD_ENOMEM;
+        }
+        memcpy(cfg->secret_prev, opts->secret_prev, opts->secret_prev_len);
+        cfg->opts.secret_prev = cfg->secret_prev;
+        cfg->opts.secret_prev_len = opts->secret_prev_len;
+    }
     if (!cfg->opts.handshake_ms)
         cfg->opts.handshake_ms = 5000;
     if (!cfg->opts.max_frame)
@@ -119,62 +136,21 @@ static int cfg_init(rpc_cfg_t *cfg, const td_rpc_opts_t *opts)
     return 0;
 }
 
-static void cfg_free(rpc_cfg_t *cfg)
+static void secrets_free(rpc_cfg_t *cfg)
 {
     if (cfg->secret)
         memset(cfg->secret, 0, cfg->opts.secret_len);
     free(cfg->secret);
-    free(cfg->id);
+    if (cfg->secret_prev)
+        memset(cfg->secret_prev, 0, cfg->opts.secret_prev_len);
+    free(cfg->secret_prev);
+    cfg->secret = cfg->secret_prev = NULL;
 }
 
-/* ---- addresses -------------------------------------------------------------------------- */
-
-int td_rpc_addr_parse(const char *text, td_rpc_addr_t *out)
+static void cfg_free(rpc_cfg_t *cfg)
 {
-    memset(out, 0, sizeof(*out));
-    if (!text || !*text)
-        return td_err_set(TD_EINVAL, "empty address");
-    if (td_str_startswith(text, "unix:") || text[0] == '/') {
-        const char *p = text[0] == '/' ? text : text + 5;
-        if (!*p || strlen(p) >= sizeof(out->path))
-            return td_err_set(TD_EINVAL, "address \"%s\": bad unix socket path", text);
-        out->is_unix = true;
-        snprintf(out->path, sizeof(out->path), "%s", p);
-        return 0;
-    }
-    if (td_str_startswith(text, "tcp://"))
-        text += 6;
-    char host[256];
-    const char *port;
-    if (text[0] == '[') {
-        const char *end = strchr(text, ']');
-        if (!end || end[1] != ':' || (size_t)(end - text - 1) >= sizeof(host))
-            return td_err_set(TD_EINVAL, "address \"%s\": expected [v6-address]:port", text);
-        memcpy(host, text + 1, (size_t)(end - text - 1));
-        host[end - text - 1] = '\0';
-        port = end + 2;
-    } else {
-        const char *colon = strrchr(text, ':');
-        if (!colon || (size_t)(colon - text) >= sizeof(host))
-            return td_err_set(TD_EINVAL, "address \"%s\": expected host:port", text);
-        memcpy(host, text, (size_t)(colon - text));
-        host[colon - text] = '\0';
-        port = colon + 1;
-    }
-    uint64_t pn;
-    if (td_parse_u64(port, &pn) || pn > 65535)
-        return td_err_set(TD_EINVAL, "address \"%s\": bad port \"%s\"", text, port);
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    int gai = getaddrinfo(*host ? host : "0.0.0.0", port, &hints, &res);
-    if (gai != 0 || !res)
-        return td_err_set(TD_EINVAL, "address \"%s\": cannot resolve \"%s\": %s", text, host,
-                          gai_strerror(gai));
-    memcpy(&out->sa, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    return 0;
+    secrets_free(cfg);
+    free(cfg->id);
 }
 
 /* ---- connections ------------------------------------------------------------------------ */
@@ -204,6 +180,7 @@ static void on_conn_handle_closed(uv_handle_t *h)
             c->next->prev = c->prev;
     }
     td_frame_reader_free(&c->reader);
+    td_buf_free(&c->out);
     free(c->rbuf);
     free(c);
     if (s)
@@ -214,10 +191,13 @@ static void on_conn_handle_closed(uv_handle_t *h)
 
 static void conn_close_handles(td_rpc_conn_t *c)
 {
-    c->open_handles = 2;
+    c->open_handles = 3;
     uv_close(&c->h.handle, on_conn_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
+    uv_close((uv_handle_t *)&c->flush, on_conn_handle_closed);
 }
+
+static void conn_flush(td_rpc_conn_t *c);
 
 static void set_reason(td_rpc_conn_t *c, int status, const char *reason)
 {
@@ -228,6 +208,9 @@ static void set_reason(td_rpc_conn_t *c, int status, const char *reason)
 void td_rpc_conn_close(td_rpc_conn_t *c, int status, const char *reason)
 {
     if (c->state == ST_CLOSING)
+        return;
+    conn_flush(c); /* what was sent before the close goes out, as far as the kernel takes it */
+    if (c->state == ST_CLOSING) /* the flush failed and closed it */
         return;
     c->state = ST_CLOSING;
     set_reason(c, status, reason);
@@ -246,6 +229,9 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 static void conn_close_flush(td_rpc_conn_t *c, int status, const char *reason)
 {
     if (c->state == ST_CLOSING)
+        return;
+    conn_flush(c); /* queued before the shutdown, so written before it */
+    if (c->state == ST_CLOSING) /* the flush failed and closed it */
         return;
     c->state = ST_CLOSING;
     set_reason(c, status, reason);
@@ -278,6 +264,57 @@ static void on_write(uv_write_t *req, int status)
         conn_fail(c, TD_ECONNRESET, "write failed: %s", uv_strerror(status));
 }
 
+/* Write what the loop iteration's sends gathered in `out`: as much as the kernel takes at once
+ * (no allocation), the rest through one uv_write that owns a copy. Frames reach the kernel in the
+ * order they were sent: uv_try_write refuses while an earlier uv_write is still queued. */
+static void conn_flush(td_rpc_conn_t *c)
+{
+    uv_idle_stop(&c->flush);
+    if (!c->out.len || c->state == ST_CLOSING)
+        return;
+    size_t done = 0;
+    int n = uv_try_write(&c->h.stream, &(uv_buf_t){.base = c->out.data, .len = c->out.len}, 1);
+    if (n > 0)
+        done = (size_t)n;
+    else if (n < 0 && n != UV_EAGAIN) {
+        td_buf_reset(&c->out);
+        conn_fail(c, TD_ECONNRESET, "write failed: %s", uv_strerror(n));
+        return;
+    }
+    if (done < c->out.len) {
+        size_t rest = c->out.len - done;
+        write_req_t *w = malloc(sizeof(*w) + rest);
+        if (!w) {
+            td_buf_reset(&c->out);
+            conn_fail(c, TD_ENOMEM, "out of memory for a write of %zu bytes", rest);
+            return;
+        }
+        memcpy(w->data, c->out.data + done, rest);
+        w->conn = c;
+        w->len = rest;
+        uv_buf_t buf = uv_buf_init(w->data, (unsigned)rest);
+        int rc = uv_write(&w->req, &c->h.stream, &buf, 1, on_write);
+        if (rc < 0) {
+            free(w);
+            td_buf_reset(&c->out);
+            conn_fail(c, TD_ECONNRESET, "write failed: %s", uv_strerror(rc));
+            return;
+        }
+        c->write_queue += rest;
+    }
+    td_buf_reset(&c->out);
+    if (c->out.cap > FLUSH_KEEP_CAP) /* keep a burst's buffer from staying */
+        td_buf_free(&c->out);
+}
+
+static void on_flush(uv_idle_t *h)
+{
+    conn_flush(h->data);
+}
+
+/* Pack the frame at the end of `out`. Every frame sent in one loop iteration leaves in one write
+ * at the start of the next (an idle handle, so the loop does not block in between), or at once
+ * when `out` passes FLUSH_AT bytes. */
 static int conn_send(td_rpc_conn_t *c, const Tandem__Frame *f)
 {
     if (c->state == ST_CLOSING)
@@ -285,26 +322,25 @@ static int conn_send(td_rpc_conn_t *c, const Tandem__Frame *f)
     size_t n = tandem__frame__get_packed_size(f);
     if (n > c->cfg->opts.max_frame)
         return td_err_set(TD_EOVERFLOW, "frame of %zu bytes exceeds the limit", n);
-    write_req_t *w = malloc(sizeof(*w) + TD_FRAME_HEADER + n);
-    if (!w)
+    if (td_buf_reserve(&c->out, TD_FRAME_HEADER + n))
         return TD_ENOMEM;
-    uint8_t *p = (uint8_t *)w->data;
+    uint8_t *p = (uint8_t *)c->out.data + c->out.len;
     p[0] = (uint8_t)(n >> 24);
     p[1] = (uint8_t)(n >> 16);
     p[2] = (uint8_t)(n >> 8);
     p[3] = (uint8_t)n;
     tandem__frame__pack(f, p + TD_FRAME_HEADER);
-    w->conn = c;
-    w->len = TD_FRAME_HEADER + n;
-    uv_buf_t buf = uv_buf_init(w->data, (unsigned)w->len);
-    int rc = uv_write(&w->req, &c->h.stream, &buf, 1, on_write);
-    if (rc < 0) {
-        free(w);
-        conn_fail(c, TD_ECONNRESET, "write failed: %s", uv_strerror(rc));
-        return TD_ECONNRESET;
-    }
-    c->write_queue += w->len;
+    c->out.len += TD_FRAME_HEADER + n;
+    if (c->out.len >= FLUSH_AT)
+        conn_flush(c);
+    else if (!uv_is_active((uv_handle_t *)&c->flush))
+        uv_idle_start(&c->flush, on_flush);
     return 0;
+}
+
+void td_rpc_conn_flush(td_rpc_conn_t *c)
+{
+    conn_flush(c);
 }
 
 int td_rpc_send(td_rpc_conn_t *c, const Tandem__Frame *f)
@@ -314,8 +350,9 @@ int td_rpc_send(td_rpc_conn_t *c, const Tandem__Frame *f)
     return conn_send(c, f);
 }
 
-static void compute_mac(const rpc_cfg_t *cfg, bool server_side, const uint8_t *nonce,
-                        const uint8_t *client_nonce, const char *id, uint8_t out[MAC_LEN])
+static void compute_mac(const uint8_t *key, size_t key_len, bool server_side,
+                        const uint8_t *nonce, const uint8_t *client_nonce, const char *id,
+                        uint8_t out[MAC_LEN])
 {
     const void *parts[4];
     size_t lens[4], n = 0;
@@ -329,7 +366,7 @@ static void compute_mac(const rpc_cfg_t *cfg, bool server_side, const uint8_t *n
         parts[n] = client_nonce, lens[n++] = NONCE_LEN;
         parts[n] = id, lens[n++] = strlen(id);
     }
-    if (td_auth_mac(cfg->secret, cfg->opts.secret_len, parts, lens, n, out) != 0)
+    if (td_auth_mac(key, key_len, parts, lens, n, out) != 0)
         memset(out, 0, MAC_LEN); /* never matches a real MAC */
 }
 
@@ -346,12 +383,26 @@ static void server_handshake(td_rpc_conn_t *c, const Tandem__Frame *f)
     out.body_case = TANDEM__FRAME__BODY_AUTH_RESULT;
     out.auth_result = &res;
     uint8_t mac[MAC_LEN];
+    const rpc_cfg_t *cfg = c->cfg;
     bool ok = r->client_nonce.len == NONCE_LEN && r->mac.len == MAC_LEN && r->worker_id &&
               strlen(r->worker_id) < sizeof(c->peer_id);
+    /* the current secret, else (during a rotation) the previous one; the proof we send back is
+     * made with the secret the client used */
+    const uint8_t *key = cfg->secret;
+    size_t key_len = cfg->opts.secret_len;
     if (ok) {
         memcpy(c->client_nonce, r->client_nonce.data, NONCE_LEN);
-        compute_mac(c->cfg, false, c->nonce, c->client_nonce, r->worker_id, mac);
+        compute_mac(key, key_len, false, c->nonce, c->client_nonce, r->worker_id, mac);
         ok = td_auth_equal(mac, r->mac.data, MAC_LEN);
+        if (!ok && cfg->secret_prev) {
+            key = cfg->secret_prev;
+            key_len = cfg->opts.secret_prev_len;
+            compute_mac(key, key_len, false, c->nonce, c->client_nonce, r->worker_id, mac);
+            ok = td_auth_equal(mac, r->mac.data, MAC_LEN);
+            if (ok)
+                td_logf(TD_LOG_INFO, NULL, "control connection from %s uses the previous "
+                                          "cluster secret", r->worker_id);
+        }
     }
     if (!ok) {
         res.ok = false;
@@ -363,7 +414,7 @@ static void server_handshake(td_rpc_conn_t *c, const Tandem__Frame *f)
         return;
     }
     snprintf(c->peer_id, sizeof(c->peer_id), "%s", r->worker_id);
-    compute_mac(c->cfg, true, c->nonce, c->client_nonce, NULL, mac);
+    compute_mac(key, key_len, true, c->nonce, c->client_nonce, NULL, mac);
     res.ok = true;
     res.message = "";
     res.mac.data = mac;
@@ -397,7 +448,8 @@ static void client_handshake(td_rpc_conn_t *c, const Tandem__Frame *f)
             return;
         }
         uint8_t mac[MAC_LEN];
-        compute_mac(c->cfg, false, c->nonce, c->client_nonce, c->cfg->id, mac);
+        compute_mac(c->cfg->secret, c->cfg->opts.secret_len, false, c->nonce, c->client_nonce,
+                    c->cfg->id, mac);
         Tandem__AuthResponse r = TANDEM__AUTH_RESPONSE__INIT;
         r.client_nonce.data = c->client_nonce;
         r.client_nonce.len = NONCE_LEN;
@@ -422,7 +474,8 @@ static void client_handshake(td_rpc_conn_t *c, const Tandem__Frame *f)
         return;
     }
     uint8_t mac[MAC_LEN];
-    compute_mac(c->cfg, true, c->nonce, c->client_nonce, NULL, mac);
+    compute_mac(c->cfg->secret, c->cfg->opts.secret_len, true, c->nonce, c->client_nonce, NULL,
+                mac);
     if (res->mac.len != MAC_LEN || !td_auth_equal(mac, res->mac.data, MAC_LEN)) {
         conn_fail(c, TD_EAUTH, "server could not prove it knows the cluster secret");
         return;
@@ -507,8 +560,11 @@ static td_rpc_conn_t *conn_new(uv_loop_t *loop, const rpc_cfg_t *cfg, bool is_un
     else
         uv_tcp_init(loop, &c->h.tcp);
     uv_timer_init(loop, &c->timer);
+    uv_idle_init(loop, &c->flush);
+    td_buf_init(&c->out);
     c->h.handle.data = c;
     c->timer.data = c;
+    c->flush.data = c;
     return c;
 }
 
@@ -785,7 +841,7 @@ const char *td_rpc_conn_reason(const td_rpc_conn_t *c)
 
 size_t td_rpc_conn_write_queue(const td_rpc_conn_t *c)
 {
-    return c->write_queue;
+    return c->write_queue + c->out.len;
 }
 
 void td_rpc_conn_set_data(td_rpc_conn_t *c, void *data)
@@ -798,45 +854,26 @@ void *td_rpc_conn_get_data(const td_rpc_conn_t *c)
     return c->data;
 }
 
-int td_rpc_secret_load(const char *secret, const char *file, uint8_t **out, size_t *len)
+int td_rpc_server_set_secrets(td_rpc_server_t *s, const uint8_t *secret, size_t len,
+                              const uint8_t *prev, size_t prev_len)
 {
-    char *text = NULL, cred[4096];
-    size_t n = 0;
-    const char *from = "cluster.secret";
-    *out = NULL;
-    *len = 0;
-    if (secret && *secret) {
-        text = td_strdup(secret);
-        n = text ? strlen(text) : 0;
-    } else {
-        const char *dir = getenv("CREDENTIALS_DIRECTORY");
-        if ((!file || !*file) && dir) {
-            snprintf(cred, sizeof(cred), "%s/cluster-secret", dir);
-            if (access(cred, R_OK) == 0)
-                file = cred;
-        }
-        if (!file || !*file)
-            return td_err_set(TD_EAUTH, "no cluster secret: set cluster.secret_file (or "
-                                        "cluster.secret, or a systemd credential cluster-secret)");
-        int rc = td_file_read_all(file, &text, &n);
-        if (rc)
-            return td_err_set(rc, "cluster secret %s: %s", file, td_strerror(rc));
-        from = file;
+    if (!secret || !len)
+        return td_err_set(TD_EAUTH, "no cluster secret: connections would all be refused");
+    uint8_t *a = malloc(len), *b = prev && prev_len ? malloc(prev_len) : NULL;
+    if (!a || (prev && prev_len && !b)) {
+        free(a);
+        free(b);
+        return TD_ENOMEM;
     }
-    if (!text)
-        return td_err_set(TD_ENOMEM, "out of memory");
-    size_t a = 0;
-    while (a < n && (text[a] == ' ' || text[a] == '\t' || text[a] == '\n' || text[a] == '\r'))
-        a++;
-    while (n > a && (text[n - 1] == ' ' || text[n - 1] == '\t' || text[n - 1] == '\n' ||
-                     text[n - 1] == '\r'))
-        n--;
-    if (n - a < 16) {
-        free(text);
-        return td_err_set(TD_EAUTH, "%s: the cluster secret must be at least 16 bytes", from);
-    }
-    memmove(text, text + a, n - a);
-    *out = (uint8_t *)text;
-    *len = n - a;
+    memcpy(a, secret, len);
+    if (b)
+        memcpy(b, prev, prev_len);
+    secrets_free(&s->cfg);
+    s->cfg.secret = a;
+    s->cfg.secret_prev = b;
+    s->cfg.opts.secret = a;
+    s->cfg.opts.secret_len = len;
+    s->cfg.opts.secret_prev = b;
+    s->cfg.opts.secret_prev_len = b ? prev_len : 0;
     return 0;
 }

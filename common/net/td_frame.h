@@ -47,6 +47,9 @@ int td_frame_reader_next(td_frame_reader_t *r, const uint8_t **payload, size_t *
 int td_auth_mac(const void *key, size_t key_len, const void *const *parts, const size_t *lens,
                 size_t n_parts, uint8_t out[32]);
 
+/* SHA-256 of [p, p+n) into out[32] (API key hashes). 0 or TD_EINTERNAL. */
+int td_sha256(const void *p, size_t n, uint8_t out[32]);
+
 /* Constant-time comparison of two byte strings of length n. */
 bool td_auth_equal(const uint8_t *a, const uint8_t *b, size_t n);
 

@@ -49,6 +49,11 @@ const char *td_http_header(const td_http_req_t *r, const char *name, size_t *len
 /* Peer address as text ("127.0.0.1:5555") into out. */
 void td_http_peer(const td_http_req_t *r, char *out, size_t n);
 
+/* Watch the client of a request not answered yet (a whole response built later): if it closes
+ * its connection first, on_gone(ud) runs once, from the loop (within about 200 ms). Answering the
+ * request (td_http_respond*, td_http_stream_start) ends the watch. 0 or TD_ENOMEM. */
+int td_http_req_watch(td_http_req_t *r, void (*on_gone)(void *ud), void *ud);
+
 /* Add a response header before responding. */
 void td_http_add_header(td_http_req_t *r, const char *name, const char *value);
 /* Answer with a complete body (copied). */

@@ -15,6 +15,10 @@
  * closed with TD_ETIMEDOUT. Without a secret neither side starts (TD_EAUTH): there is no
  * unauthenticated mode.
  *
+ * Rotation: a server may hold a previous secret besides the current one and accepts a client
+ * that proves either; its own proof uses the secret that client used, so a client with only the
+ * old or only the new secret both connect while a rotation is under way.
+ *
  * Servers (routers) accept many connections. Clients (workers, CLI) connect to one address and,
  * when `reconnect` is set, reconnect with exponential backoff after any failure or close until
  * td_rpc_client_stop.
@@ -51,6 +55,9 @@ typedef struct td_rpc_callbacks {
 typedef struct td_rpc_opts {
     const uint8_t *secret;     /* cluster secret, secret_len bytes; required */
     size_t secret_len;
+    const uint8_t *secret_prev; /* server: the previous secret, also accepted while a rotation
+                                   is under way (NULL: none); clients use `secret` only */
+    size_t secret_prev_len;
     size_t max_frame;          /* largest frame payload accepted, bytes; 0 = TD_FRAME_DEFAULT_MAX */
     uint64_t handshake_ms;     /* deadline for the handshake; 0 = 5000 */
     const char *id;            /* client: worker id sent in AuthResponse */
@@ -69,6 +76,11 @@ int td_rpc_addr_parse(const char *text, td_rpc_addr_t *out);
 /* Start listening. On success *out is a server owned by the caller (td_rpc_server_close). */
 int td_rpc_server_start(uv_loop_t *loop, const char *addr, const td_rpc_opts_t *opts,
                         td_rpc_server_t **out);
+/* Replace the secrets a server accepts (a rotation: the new one and, until every client has it,
+ * the previous one; prev may be NULL). Connections already authenticated stay. Copies both.
+ * 0, TD_EAUTH (no secret), TD_ENOMEM. */
+int td_rpc_server_set_secrets(td_rpc_server_t *s, const uint8_t *secret, size_t len,
+                              const uint8_t *prev, size_t prev_len);
 /* The TCP port actually bound (useful with port 0), or 0 for unix sockets. */
 int td_rpc_server_port(const td_rpc_server_t *s);
 /* Stop listening and close every connection (each gets on_close with TD_ECLOSED); the server is
@@ -87,16 +99,21 @@ uint64_t td_rpc_client_attempts(const td_rpc_client_t *cl);
 /* Stop reconnecting, close the connection; freed once closed. */
 void td_rpc_client_stop(td_rpc_client_t *cl);
 
-/* Queue one frame for sending. 0, TD_ECLOSED when the conn is closing, TD_EAGAIN before the
- * handshake finished, TD_ENOMEM. */
+/* Queue one frame for sending. The frames a connection is sent in one loop iteration leave
+ * together in one write at the start of the next iteration (the loop does not block first), or at
+ * once past 256 KiB; closing the connection writes them first. 0, TD_ECLOSED when the conn is
+ * closing, TD_EAGAIN before the handshake finished, TD_ENOMEM. */
 int td_rpc_send(td_rpc_conn_t *c, const Tandem__Frame *f);
+/* Write the frames sent so far now instead of at the next loop iteration (what the kernel does
+ * not take at once stays queued in the loop). */
+void td_rpc_conn_flush(td_rpc_conn_t *c);
 /* Close a connection (on_close follows with `status`). */
 void td_rpc_conn_close(td_rpc_conn_t *c, int status, const char *reason);
 /* The authenticated peer id (client's worker_id as seen by the server), "" before auth. */
 const char *td_rpc_conn_peer_id(const td_rpc_conn_t *c);
 /* Why the connection closed, "" when it has not. */
 const char *td_rpc_conn_reason(const td_rpc_conn_t *c);
-/* Bytes queued for writing and not yet written (back-pressure signal). */
+/* Bytes sent and not yet written to the kernel (back-pressure signal). */
 size_t td_rpc_conn_write_queue(const td_rpc_conn_t *c);
 /* A per-connection user pointer, NULL at first. */
 void td_rpc_conn_set_data(td_rpc_conn_t *c, void *data);

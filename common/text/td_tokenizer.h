@@ -67,6 +67,11 @@ int td_tokenizer_encode(const td_tokenizer_t *tok, const char *text, size_t len,
 int td_tokenizer_decode(const td_tokenizer_t *tok, const int32_t *ids, size_t n,
                         bool skip_special_tokens, td_buf_t *out);
 
+/* Append the raw bytes of token `id` to `out`: its byte-level bytes exactly (a token may hold
+ * part of a UTF-8 character; nothing is replaced), an added token's text verbatim. Logprobs'
+ * `bytes` report these. 0, TD_ENOMEM, or TD_ERANGE for an id that names no token. */
+int td_tokenizer_token_bytes(const td_tokenizer_t *tok, int32_t id, td_buf_t *out);
+
 /* Incremental (streaming) decoding state for one sequence. Caller-allocated, no resources: a
  * sequence that is abandoned needs no cleanup. */
 typedef struct td_detok {

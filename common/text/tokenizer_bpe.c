@@ -15,8 +15,7 @@ static inline const struct td__merge_ent *merge_get(const td_tokenizer_t *tok, i
 {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     const td__mergemap_t *m = &tok->merges;
-    for (size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;;
-         i = (i + 1) & m->mask) {
+    for (size_t i = td__merge_slot(key, m->mask);; i = (i + 1) & m->mask) {
         const struct td__merge_ent *e = &m->ents[i];
         if (e->key == key)
             return e;
@@ -33,11 +32,21 @@ static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym
     return e ? e->rank : UINT32_MAX;
 }
 
-/* Merge sym[0..n) in place, lowest rank first, leftmost among equals (HF Word::merge_all). */
+/* Look up the pair (sym[i], its next) and keep its rank and merged id on sym[i]. */
+static inline void pair_note(const td_tokenizer_t *tok, td__sym_t *sym, int32_t i)
+{
+    const struct td__merge_ent *e =
+        sym[i].next < 0 ? NULL : merge_get(tok, sym[i].id, sym[sym[i].next].id);
+    sym[i].rank = e ? e->rank : UINT32_MAX;
+    sym[i].mid = e ? e->id : -1;
+}
+
+/* Merge sym[0..n) in place, lowest rank first, leftmost among equals (HF Word::merge_all). Each
+ * merge looks up only the two pairs it changes: the merged id was kept with the rank. */
 static void bpe_merge_scan(const td_tokenizer_t *tok, td__sym_t *sym, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        sym[i].rank = pair_rank(tok, sym, (int32_t)i);
+        pair_note(tok, sym, (int32_t)i);
     for (;;) {
         uint32_t best = UINT32_MAX;
         int32_t bi = -1;
@@ -49,14 +58,14 @@ static void bpe_merge_scan(const td_tokenizer_t *tok, td__sym_t *sym, size_t n)
         if (bi < 0)
             return;
         int32_t r = sym[bi].next;
-        sym[bi].id = merge_get(tok, sym[bi].id, sym[r].id)->id;
+        sym[bi].id = sym[bi].mid;
         sym[bi].next = sym[r].next;
         if (sym[r].next >= 0)
             sym[sym[r].next].prev = bi;
         sym[r].id = -1;
-        sym[bi].rank = pair_rank(tok, sym, bi);
+        pair_note(tok, sym, bi);
         if (sym[bi].prev >= 0)
-            sym[sym[bi].prev].rank = pair_rank(tok, sym, sym[bi].prev);
+            pair_note(tok, sym, sym[bi].prev);
     }
 }
 

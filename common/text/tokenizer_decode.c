@@ -104,6 +104,19 @@ int td_detok_step(const td_tokenizer_t *tok, td_detok_t *st, int32_t id, td_buf_
     return emit_bytes(st, (const uint8_t *)tok->arena + ii->dec_off, ii->dec_len, out);
 }
 
+int td_tokenizer_token_bytes(const td_tokenizer_t *tok, int32_t id, td_buf_t *out)
+{
+    if (id < 0 || (size_t)id >= tok->nids ||
+        (tok->ids[id].tok_len == UINT32_MAX && tok->ids[id].added < 0))
+        return td_err_set(TD_ERANGE, "%s: token id %d is not in the vocabulary", tok->name, id);
+    const td__idinfo_t *ii = &tok->ids[id];
+    if (ii->added >= 0) {
+        const td__added_t *at = &tok->added[ii->added];
+        return td_buf_append(out, tok->arena + at->off, at->len);
+    }
+    return td_buf_append(out, tok->arena + ii->dec_off, ii->dec_len);
+}
+
 int td_tokenizer_decode(const td_tokenizer_t *tok, const int32_t *ids, size_t n,
                         bool skip_special_tokens, td_buf_t *out)
 {

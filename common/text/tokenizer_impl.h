@@ -77,6 +77,12 @@ typedef struct td__mergemap {
     size_t n;
 } td__mergemap_t;
 
+/* The first slot to probe for the pair key `left << 32 | right`. */
+static inline size_t td__merge_slot(uint64_t key, size_t mask)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+}
+
 /* Per id: what decode writes and where the token text is. */
 typedef struct td__idinfo {
     uint32_t tok_off,
@@ -163,6 +169,7 @@ typedef struct sym {
     int32_t prev;  /* index of the previous live symbol, -1 none */
     int32_t next;  /* index of the next live symbol, -1 none */
     uint32_t rank; /* scan mode: rank of the pair (this, next), UINT32_MAX none */
+    int32_t mid;   /* scan mode: the id that pair merges into (valid when rank is) */
 } td__sym_t;
 
 /* Per-call encode state, pooled on the tokenizer (scratch_get / scratch_put in tokenizer.c): one

@@ -97,15 +97,10 @@ int td__mergemap_init(td__mergemap_t *m, size_t want)
     return 0;
 }
 
-static inline size_t merge_slot(uint64_t key, size_t mask)
-{
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
-}
-
 /* Later duplicates overwrite earlier ones, as HF's HashMap collect does. */
 void td__mergemap_put(td__mergemap_t *m, uint64_t key, uint32_t rank, int32_t id)
 {
-    for (size_t i = merge_slot(key, m->mask);; i = (i + 1) & m->mask) {
+    for (size_t i = td__merge_slot(key, m->mask);; i = (i + 1) & m->mask) {
         struct td__merge_ent *e = &m->ents[i];
         if (e->key == UINT64_MAX) {
             *e = (struct td__merge_ent){.key = key, .rank = rank, .id = id};

@@ -104,6 +104,34 @@ int td_wk_metrics_init(td_worker_t *w)
                                         "Disk tier system call failures.", NULL);
     m->disk_evictions = td_metrics_counter(r, "kv_cache_evictions_total",
                                            "Cached blocks evicted to make room.", "tier=\"disk\"");
+    m->computed = td_metrics_counter(r, "prompt_tokens_computed_total",
+                                     "Prompt tokens computed here (not taken from a cache or "
+                                     "fetched; recomputation after preemption included).",
+                                     NULL);
+    m->fetch_blocks = td_metrics_counter(r, "kv_fetch_blocks_total",
+                                         "KV blocks fetched from other workers' caches "
+                                         "(verified, taken instead of computed).",
+                                         NULL);
+    m->fetch_bytes = td_metrics_counter(r, "kv_fetch_bytes_total",
+                                        "Bytes of KV blocks fetched from other workers.", NULL);
+    m->fetch_served = td_metrics_counter(r, "kv_fetch_served_blocks_total",
+                                         "KV blocks this worker served to other workers' "
+                                         "fetches.",
+                                         NULL);
+    m->fetch_bw = td_metrics_gauge(r, "kv_fetch_bandwidth_bytes_per_second",
+                                   "Measured fetch bandwidth (EWMA; 0 until a fetch).", NULL);
+    for (int i = 0; i < 6; i++) {
+        char lab[64];
+        snprintf(lab, sizeof(lab), "reason=\"%s\"", td_wk_fetch_reasons[i]);
+        m->fetch_fail[i] = td_metrics_counter(r, "kv_fetch_failures_total",
+                                              "Fetches from other workers that failed, by "
+                                              "reason (their blocks were computed).",
+                                              lab);
+        if (!m->fetch_fail[i])
+            return td_err_set(TD_ENOMEM, "out of memory");
+    }
+    if (!m->computed || !m->fetch_blocks || !m->fetch_bytes || !m->fetch_served || !m->fetch_bw)
+        return td_err_set(TD_ENOMEM, "out of memory");
     if (!m->cache_queries || !m->cache_hits || !m->cached_blocks || !m->evictions ||
         !m->disk_queries || !m->disk_hits || !m->disk_files || !m->disk_bytes ||
         !m->disk_enabled || !m->disk_corrupt || !m->disk_errors || !m->disk_evictions)

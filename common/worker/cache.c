@@ -1,6 +1,8 @@
 /* cache.c: the worker's use of the prefix cache in its KV pool (tier 0, td_kv.h): block hashes
  * of a sequence's tokens (td_kvhash.h; the tenant is the salt), lookups at admission and after a
- * preemption, and publishing blocks once their KV is final. */
+ * preemption, publishing blocks once their KV is final, and the disk tier (tier 2): loads at
+ * admission, write-through. Blocks fetched from another worker (fetch.c) end their LOADING here
+ * too (td_wk_cache_loaded). */
 #include "td_error.h"
 #include "td_kvhash.h"
 #include "td_log.h"
@@ -175,15 +177,16 @@ static bool load_cheaper(const td_worker_t *w)
     return w->load_s_per_block < w->prefill_s_per_token * w->pool.layout.block_size;
 }
 
-/* Every load of s is in: keep the verified prefix, publish it, and let s prefill the rest. */
-static void loads_done(td_worker_t *w, td_wk_seq_t *s)
+void td_wk_cache_loaded(td_worker_t *w, td_wk_seq_t *s)
 {
     int B = w->pool.layout.block_size, n = s->load_to - s->load_from;
     double dt = td_now_s() - s->t_load0;
-    if (n > 0 && dt > 0) {
+    if (n > 0 && dt > 0 && s->fetch_to == 0) { /* the disk's own time only */
         double x = dt / n;
         w->load_s_per_block = w->load_s_per_block > 0 ? 0.8 * w->load_s_per_block + 0.2 * x : x;
     }
+    int fetch_from = s->fetch_to > 0 ? s->fetch_from : s->load_to;
+    s->fetch_from = s->fetch_to = 0;
     if (s->dead) {
         td_wk_seq_maybe_free(w, s);
         return;
@@ -191,11 +194,13 @@ static void loads_done(td_worker_t *w, td_wk_seq_t *s)
     int good = s->load_bad;
     td_kv_seq_truncate(&w->pool, &s->kv, good);
     for (int i = s->load_from; i < good; i++)
-        td_kv_block_publish(&w->pool, s->kv.blocks[i], &s->hashes[i]);
+        if (td_kv_block_publish(&w->pool, s->kv.blocks[i], &s->hashes[i]) && i >= fetch_from)
+            disk_store(w, s->kv.blocks[i], &s->hashes[i]); /* fetched: not on our disk yet */
     s->kv.n_tokens = s->stored = good * B;
     s->n_published = good;
     s->cached_tokens = s->stored;
-    td_metric_add(w->m.disk_hits, (double)(good - s->load_from) * B);
+    if (TD_MIN(good, s->load_to) > s->load_from)
+        td_metric_add(w->m.disk_hits, (double)(TD_MIN(good, s->load_to) - s->load_from) * B);
     s->state = TD_WK_PREFILL;
     td_wk_schedule(w);
 }
@@ -212,7 +217,7 @@ static void on_loaded(td_kvdisk_t *d, const td_kvhash_t *h, int status, void *ar
         s->load_bad = op->index; /* corrupt, or the tier failed: compute from here */
     free(op);
     if (--s->loads_out == 0)
-        loads_done(w, s);
+        td_wk_cache_loaded(w, s);
 }
 
 void td_wk_cache_admit(td_worker_t *w, td_wk_seq_t *s, int limit)

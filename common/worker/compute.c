@@ -144,6 +144,8 @@ void td_wk_step_finish(td_worker_t *w, int rc, const char *err, double seconds)
     td_metric_observe(w->m.step, seconds);
     if (!rc && w->step_decodes == 0)
         td_wk_cache_measure_prefill(w, w->step_prefill_tokens, seconds);
+    if (!rc)
+        td_metric_add(w->m.computed, w->step_prefill_tokens);
     /* one line per step at debug level: what bench/calibrate_sim.py fits the sim.* model to */
     td_logf(TD_LOG_DEBUG, NULL, "step prefill_tokens=%d decodes=%d ctx_tokens=%lld seconds=%.6f",
             w->step_prefill_tokens, w->step_decodes, (long long)w->step_ctx, seconds);

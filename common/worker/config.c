@@ -39,6 +39,9 @@ const td_opt_t td_wk_opts[] = {
     {"kv.redis_lease_s", TD_OPT_DOUBLE, O(kv_redis_lease_s), "10",
      "seconds the worker's index entries outlive its last heartbeat (a dead worker's go by "
      "themselves)", 0.1, 3600},
+    {"kv.fetch_timeout_s", TD_OPT_DOUBLE, O(fetch_timeout_s), "2",
+     "prefill: seconds a prompt waits for KV blocks fetched from another worker (the router's "
+     "fetch hint) before it computes them", 0.01, 600},
     {"engine.threads", TD_OPT_INT, O(threads), "0", "compute threads (0: every core)", 0, 1024},
     {"engine.max_batch_tokens", TD_OPT_INT, O(max_batch_tokens), "2048",
      "tokens per step, decodes and prefill chunks together", 1, 1 << 20},

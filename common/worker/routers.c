@@ -37,6 +37,7 @@ void td_wk_fill_load(td_worker_t *w, Tandem__Load *l)
     l->free_blocks = (uint32_t)w->pool.n_free;
     l->total_blocks = (uint32_t)w->pool.n_blocks;
     l->draining = w->draining;
+    l->fetch_bytes_per_s = w->fetch_bytes_per_s;
     td_metric_set(w->m.running, running);
     td_metric_set(w->m.waiting, waiting);
     td_metric_set(w->m.kv_usage, 1.0 - (double)w->pool.n_free / w->pool.n_blocks);

@@ -23,6 +23,35 @@ void td_wk_send(td_wk_seq_t *s, const Tandem__Frame *f)
         TD_LOG_W("send to router %s failed: %s", s->rt->addr, td_strerror(rc));
 }
 
+int td_wk_seq_resume(td_worker_t *w, td_wk_seq_t *s, uint32_t generated,
+                     const Tandem__Sampling *sp)
+{
+    if (!generated)
+        return 0;
+    int n = (int)generated;
+    if (generated >= (uint32_t)s->n_prompt)
+        return td_err_set(TD_EINVAL, "generated %u of %d tokens leaves no prompt", generated,
+                          s->n_prompt);
+    /* max_tokens as the first attempt had it: the room after the request's own prompt */
+    int want = sp ? sp->max_tokens : 0, room = w->mc->max_ctx - (s->n_prompt - n);
+    s->smp.p.max_tokens = want <= 0 || want > room ? room : want;
+    if (n >= s->smp.p.max_tokens)
+        return td_err_set(TD_EINVAL, "generated %u tokens of max_tokens %d: nothing to resume",
+                          generated, s->smp.p.max_tokens);
+    td_sampler_seek(&s->smp, n);
+    s->n_resumed = n;
+    return 0;
+}
+
+void td_wk_seq_usage(const td_wk_seq_t *s, uint32_t *prompt, uint32_t *completion,
+                     uint32_t *cached)
+{
+    int p = s->n_prompt - s->n_resumed;
+    *prompt = (uint32_t)p;
+    *completion = (uint32_t)(s->n_toks - p);
+    *cached = (uint32_t)TD_MIN(s->cached_tokens, p);
+}
+
 td_wk_seq_t *td_wk_seq_find(td_worker_t *w, uint64_t id)
 {
     for (td_wk_seq_t *s = w->head; s; s = s->next)

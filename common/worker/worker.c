@@ -118,7 +118,7 @@ static int load(td_worker_t *w)
                           w->layout.block_bytes);
     td_kvx_layout_t xl = {.block_bytes = w->layout.block_bytes, .n_blocks = (uint32_t)blocks};
     memcpy(xl.fingerprint, w->layout.fingerprint, 16);
-    td_kvx_opts_t xo = {.on_recv = w->role->on_kv_recv, .arg = w};
+    td_kvx_opts_t xo = {.on_recv = w->role->on_kv_recv, .on_fetch = td_wk_fetch_serve, .arg = w};
     if (!(w->kvx = td_kvx_new(w->loop, &xl, &xo)))
         return td_err_set(TD_EIO, "data plane: %s", td_err_msg());
     if ((rc = td_kv_pool_init_mem(&w->pool, &w->layout, (int)blocks, td_kvx_pool(w->kvx))))

@@ -14,6 +14,9 @@
 #   journal    `journalctl -o json -u tandem-router` has PRIORITY fields and the request's id
 #   watchdog   a SIGSTOPped decode worker is killed by the watchdog and restarted by systemd
 #   drain      `systemctl stop tandem-decode@d0` while a long request streams: it finishes
+#   restart-under-load  `systemctl restart tandem-decode@d0` under 8 streams with a second decode
+#              worker d1 and d0's drain deadline cut to 1 s: its unfinished streams migrate to d1,
+#              no request fails, every text is the uninterrupted one
 # usage: systemd_test.sh SOURCE_ROOT BUILD_DIR
 # env: TANDEM_DEB=path/to/tandem_*.deb uses that package instead of building one.
 # Needs root, systemd-nspawn (systemd-container), debootstrap and Debian's mirror (only to make
@@ -329,6 +332,57 @@ sres=$(prop tandem-decode@d0.service Result)
 [ "$done_at_stop" = 0 ] && [ "$done_" = 1 ] && [ "$fin" = '"finish_reason":"length"' ] &&
   [ "$sres" = success ] && ok=1 || ok=0
 result drain "$ok" "stop during a $n-token stream (200 tokens took $t ms; the stop took $((SECONDS - t_stop)) s): done before the stop=$done_at_stop, $chunks data chunks, [DONE]=$done_, $fin, curl rc $(cat "$root/root/stream.rc" 2>/dev/null), unit Result=$sres"
+
+# restart under load: a second decode worker joins, d0's drain deadline is cut to 1 s (so the
+# streams it runs outlive it), and `systemctl restart tandem-decode@d0` under 8 streams: what d0
+# cannot finish is canceled there and migrated to d1 with its tokens so far; no request fails and
+# every stream's text is the uninterrupted greedy one
+sed -e 's/9200/9201/' -e '/disk_dir/d' -e '/disk_load/d' "$root/etc/tandem/decode-d0.ini" \
+  >"$root/etc/tandem/decode-d1.ini"
+mkdir -p "$root/etc/systemd/system/tandem-decode@d0.service.d"
+printf '[Service]\nEnvironment=TANDEM_DECODE_DRAIN_TIMEOUT_S=1\n' \
+  >"$root/etc/systemd/system/tandem-decode@d0.service.d/drain.conf"
+ct systemctl daemon-reload
+ct systemctl start tandem-decode@d0.service tandem-decode@d1.service
+both_up() { is_active tandem-decode@d0.service && is_active tandem-decode@d1.service; }
+wait_for 60 both_up
+sleep 1 # both registered (a heartbeat)
+m=$((n / 2)) # about 2 s alone, longer 8 at a time: past d0's 1 s drain deadline
+want=$(completion '{"model":"tiny","prompt":"Once upon a time","max_tokens":'$m',"temperature":0,"ignore_eos":true}' | json 'd["choices"][0]["text"]')
+load='{"model":"tiny","prompt":"Once upon a time","max_tokens":'$m',"temperature":0,"ignore_eos":true,"stream":true}'
+mig0=$(ct journalctl -q -o cat -u tandem-router.service | grep -c 'migrating sequence')
+pids=()
+for i in 1 2 3 4 5 6 7 8; do
+  rm -f "$root/root/load$i.out"
+  ct sh -c "curl -sN -m 180 -H 'Content-Type: application/json' -d '$load' http://127.0.0.1:8000/v1/completions >/root/load$i.out 2>&1" &
+  pids+=($!)
+done
+all_streaming() { for i in 1 2 3 4 5 6 7 8; do [ -s "$root/root/load$i.out" ] || return 1; done; }
+wait_for 60 all_streaming
+t_restart=$SECONDS
+ct systemctl restart tandem-decode@d0.service
+rdur=$((SECONDS - t_restart))
+for p in "${pids[@]}"; do wait "$p"; done
+failed=0
+for i in 1 2 3 4 5 6 7 8; do
+  got=$(python3 -c '
+import json, sys
+text, fin, err = "", None, False
+for l in open(sys.argv[1]):
+    if not l.startswith("data: {"): continue
+    e = json.loads(l[6:])
+    if "error" in e: err = True
+    for c in e.get("choices", []):
+        text += c.get("text") or ""
+        fin = c.get("finish_reason") or fin
+print(json.dumps([text, fin, err]))' "$root/root/load$i.out" 2>/dev/null)
+  [ "$got" = "$(python3 -c 'import json,sys; print(json.dumps([sys.argv[1], "length", False]))' "$want")" ] &&
+    grep -q '^data: \[DONE\]' "$root/root/load$i.out" || failed=$((failed + 1))
+done
+mig=$(($(ct journalctl -q -o cat -u tandem-router.service | grep -c 'migrating sequence') - mig0))
+d0res=$(prop tandem-decode@d0.service ActiveState)
+[ "$failed" = 0 ] && [ "$mig" -gt 0 ] && [ "$d0res" = active ] && ok=1 || ok=0
+result restart-under-load "$ok" "systemctl restart tandem-decode@d0 (took ${rdur} s) under 8 streams of $m tokens: $failed failed or differ from the uninterrupted text, $mig sequences migrated to d1, d0 $d0res again"
 
 echo
 echo "== summary ($((SECONDS - t0)) s)"

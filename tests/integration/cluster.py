@@ -170,7 +170,7 @@ class Cluster:
 
     def __init__(self, build, model, n_prefill=1, n_decode=1, ucx_tls="tcp", router_args=(),
                  worker_args=(), prefill_args=(), decode_args=(), engine_threads=1, n_routers=1,
-                 redis=False):
+                 redis=False, secret=None):
         self.build = build
         self.model = model
         self.dir = tempfile.mkdtemp(prefix="tandem-cluster-")
@@ -181,7 +181,7 @@ class Cluster:
         self.router_args = list(router_args)
         self.secret_file = os.path.join(self.dir, "secret")
         with open(self.secret_file, "w") as f:
-            f.write(os.urandom(24).hex() + "\n")
+            f.write((secret or os.urandom(24).hex()) + "\n")
         self.env = dict(os.environ)
         self.env["UCX_TLS"] = ucx_tls
         self.env.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")

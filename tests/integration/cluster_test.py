@@ -8,9 +8,9 @@ Usage: cluster_test.py BUILD_DIR SCENARIO ARCH [MODEL_DIR]
                     short prompts): every token equals `tandem generate`'s (UCX_TLS from the
                     environment: tcp or sm)
   replicas          2 prefill + 2 decode workers all receive work; a decode worker killed with
-                    SIGKILL mid-batch: its requests end with an error, the rest succeed, it leaves
-                    rotation within the heartbeat window and new requests succeed; the same for a
-                    prefill worker; drain takes a worker out of rotation
+                    SIGKILL mid-batch: its sequences migrate and every request completes, it
+                    leaves rotation within the heartbeat window and new requests succeed; the same
+                    for a prefill worker; drain takes a worker out of rotation
   malformed         bad HTTP, JSON, oversize bodies, over-long prompts, bad frames and a worker
                     with the wrong secret get 4xx / refusals while the cluster keeps serving
   clients           the official openai and @anthropic-ai/sdk npm clients and curl
@@ -28,6 +28,10 @@ Usage: cluster_test.py BUILD_DIR SCENARIO ARCH [MODEL_DIR]
                     router
   rolling           every worker in turn drained, stopped and restarted under a steady bench
                     load (tandem ctl drain / workers / undrain): no request fails
+  migrate           a decode worker SIGKILLed under 16 streams and under 16 non-streaming
+                    requests, one SIGSTOPped: every request completes with tandem generate's
+                    tokens (greedy and seeded), the stopped one's within the heartbeat window
+                    plus 1 s; no decode worker: 503 with Retry-After within the configured wait
 
 ARCH is deepseek_v3 or llama: MODEL_DIR (written by make_model.py), else mkmodel's tiny preset
 with the real tokenizer of that family written under BUILD_DIR.
@@ -202,11 +206,16 @@ def scenario_replicas(build):
         out = result["out"]
         failed = [g for g in out if g["error"]]
         ok = [g for g in out if not g["error"]]
-        print("after SIGKILL of d0: %d ok, %d failed (e.g. %r)"
-              % (len(ok), len(failed), failed[0]["error"] if failed else None))
-        check(len(failed) > 0, "no request was held by the killed worker?")
-        check(len(ok) > 0, "every request failed")
-        check(all(len(g["ids"]) == 220 for g in ok), "a surviving request was cut short")
+        migrated = router_counter(cl, "tandem_request_migrations_total")
+        print("after SIGKILL of d0: %d ok, %d failed (e.g. %r), %d sequences migrated"
+              % (len(ok), len(failed), failed[0]["error"] if failed else None, migrated))
+        check(migrated > 0, "no request was held by the killed worker?")
+        check(not failed, "requests failed although migration is on")
+        check(all(len(g["ids"]) == 220 for g in ok), "a request was cut short")
+        # greedy, same prompt length: the migrated ones equal an uninterrupted run's tokens
+        again = cl.batch(long_reqs[:8])
+        check([g["ids"] for g in again] == [g["ids"] for g in out[:8]],
+              "migrated sequences differ from an uninterrupted run")
         got = cl.batch(reqs[:20])
         check(all(g["error"] is None for g in got), "new requests failed after the kill")
 
@@ -311,15 +320,15 @@ def scenario_malformed(build):
         for name, path, body, want in cases:
             st, resp, _ = cl.http_json(path, body)
             check(st == want, "%s: status %s, want %s (%s)" % (name, st, want, resp))
-            if want not in (404, 413):  # 413 comes from h2o before any handler (text)
-                check(isinstance(resp, dict) and "message" in resp.get("error", {}),
-                      "%s: no OpenAI error body: %r" % (name, resp))
+            check(isinstance(resp, dict) and "message" in resp.get("error", {}),
+                  "%s: no OpenAI error body: %r" % (name, resp))
             print("%-32s -> %d %s" % (name, st, resp["error"]["message"][:70]
                                       if isinstance(resp, dict) else ""))
             ok_request()
         # raw garbage on the HTTP port, then on the cluster and RPC ports
         out = raw_exchange(cl.router.port("http"), b"GARBAGE \x00\x01\x02\r\n\r\n")
-        check(out == b"" or out.startswith(b"HTTP/1.1 4"), "garbage HTTP got %r" % out[:60])
+        check(out.startswith(b"HTTP/1.1 400") and b"\r\n\r\n{\"error\":{\"message\":" in out,
+              "garbage HTTP got %r (want a 400 with an OpenAI-style JSON body)" % out[:200])
         for key in ("cluster", "rpc"):
             out = raw_exchange(cl.router.port(key), b"\x00\x00\x00\x10" + os.urandom(16) * 4)
             print("garbage frames on %s port: connection closed after %d bytes" % (key, len(out)))
@@ -898,6 +907,119 @@ def scenario_index(build):
     print("OK: cluster KV index")
 
 
+def scenario_fetch(build):
+    """Cross-worker fetch of cached KV blocks, 2 prefill workers, 1 decode worker and Redis: a
+    prompt prefilled on one prefill worker (A), then A drained so the same prompt goes to the
+    other (B): B fetches the blocks A holds over the data plane (its fetched-blocks counter, and
+    only the uncached tail computed), with tokens identical to tandem generate's. Then a holder
+    stopped (SIGSTOP) and killed while a fetch from it waits: the request still succeeds with
+    identical tokens, computed in full, and the failure is counted by reason."""
+    model, cfg = make_model(build, "deepseek_v3")
+    rng = random.Random(12)
+    V, B = cfg["vocab_size"], 16
+    n = min(300, cfg["max_position_embeddings"] - 40)
+    full = (n - 1) // B * B  # every full block of n - 1 tokens
+
+    def prompt():
+        return {"prompt_ids": [rng.randrange(V) for _ in range(n)], "max_tokens": 8,
+                "temperature": 0, "ignore_eos": True}
+
+    def holds(wid):
+        return cl.redis.cmd("EXISTS", "tandem:kv:holders:" + wid) == 1
+
+    def metric(wid, name, labels=""):
+        return cl.worker_metric(wid, name, labels)
+
+    def prefill_on(before):
+        st = cl.status()
+        got = [w for w in ("p0", "p1") if st[w]["assigned"] > before.get(w, 0)]
+        check(len(got) == 1, "one prefill worker took the request: %s" % st)
+        return got[0], {w: st[w]["assigned"] for w in ("p0", "p1")}
+
+    cl = C.Cluster(build, model, n_prefill=2, n_decode=1, redis=True,
+                   router_args=["--placement.local_prefill_tokens", "0",
+                                "--placement.local_cached_share", "1"],
+                   prefill_args=["--kv.fetch_timeout_s", "30"])
+    try:
+        p1 = prompt()
+        want1 = C.offline_generate(build, model, p1)
+        g = cl.batch([p1])[0]
+        check(not g["error"] and g["ids"] == want1 and g["cached_tokens"] == 0,
+              "first run: %s (want %s)" % (g, want1))
+        a, seen = prefill_on({})
+        b = "p1" if a == "p0" else "p0"
+        wait_for(lambda: holds(a), 10, "the holder's blocks in Redis")
+        time.sleep(1.0)  # the router's mirror follows Redis (its events channel)
+        cl.ctl("drain", a)
+        before = {k: metric(b, k) for k in ("tandem_kv_fetch_blocks_total",
+                                             "tandem_kv_fetch_bytes_total",
+                                             "tandem_prompt_tokens_computed_total")}
+        g2 = cl.batch([p1])[0]
+        check(not g2["error"], "second run: %s" % g2)
+        check(prefill_on(seen)[0] == b, "the second run went to the other prefill worker")
+        check(g2["ids"] == want1, "tokens after a fetch differ from tandem generate: %s %s" %
+              (g2["ids"], want1))
+        blocks = full // B
+        fetched = metric(b, "tandem_kv_fetch_blocks_total") - \
+            before["tandem_kv_fetch_blocks_total"]
+        fbytes = metric(b, "tandem_kv_fetch_bytes_total") - before["tandem_kv_fetch_bytes_total"]
+        computed = metric(b, "tandem_prompt_tokens_computed_total") - \
+            before["tandem_prompt_tokens_computed_total"]
+        bb = int(cl.workers[b].fields["block_bytes"])
+        check(fetched == blocks and fbytes == blocks * bb,
+              "%s fetched %d blocks (%d bytes), want %d (%d)" % (b, fetched, fbytes, blocks,
+                                                                  blocks * bb))
+        check(computed == n - full and computed < n,
+              "%s computed %d prompt tokens, want %d" % (b, computed, n - full))
+        check(g2["cached_tokens"] == full, "cached tokens after the fetch: %s" % g2)
+        check(metric(a, "tandem_kv_fetch_served_blocks_total") == blocks, "the holder served")
+        check(metric(b, "tandem_kv_fetch_failures_total") == 0, "no fetch failed")
+        check(promcheck.problems(cl.metrics_text(b)) == [], "%s /metrics: %s" %
+              (b, promcheck.problems(cl.metrics_text(b))))
+        bw = metric(b, "tandem_kv_fetch_bandwidth_bytes_per_second")
+        check(bw > 0, "measured fetch bandwidth")
+
+        # the holder stops before it answers, then dies: the request is computed in full
+        p2 = prompt()
+        want2 = C.offline_generate(build, model, p2)
+        g = cl.batch([p2])[0]  # computed on b (a is drained)
+        check(not g["error"] and g["ids"] == want2, "p2 first run: %s" % g)
+        check(prefill_on(seen)[0] == b, "p2 went to %s" % b)
+        time.sleep(1.5)  # b's new blocks reach Redis and the router's mirror
+        cl.ctl("undrain", a)
+        cl.ctl("drain", b)
+        fail0 = metric(a, "tandem_kv_fetch_failures_total", 'reason="peer"')
+        comp0 = metric(a, "tandem_prompt_tokens_computed_total")
+        holder = cl.workers[b]
+        os.kill(holder.proc.pid, signal.SIGSTOP)
+        result = {}
+        th = threading.Thread(target=lambda: result.update(out=cl.batch([p2], timeout=120)))
+        th.start()
+        time.sleep(0.5)
+        os.kill(holder.proc.pid, signal.SIGKILL)
+        holder.proc.wait()
+        del cl.workers[b]
+        th.join(150)
+        out = result.get("out", [])
+        check(len(out) == 1 and not out[0]["error"], "the request after the holder died: %s" %
+              out)
+        check(out[0]["ids"] == want2, "tokens after a failed fetch differ: %s %s" %
+              (out[0]["ids"], want2))
+        check(out[0]["cached_tokens"] == 0, "nothing cached after the failed fetch: %s" % out)
+        failed = metric(a, "tandem_kv_fetch_failures_total", 'reason="peer"') - fail0
+        comp = metric(a, "tandem_prompt_tokens_computed_total") - comp0
+        check(failed == 1, "%s counted %d failed fetches (reason peer), want 1" % (a, failed))
+        check(comp == n, "%s computed %d prompt tokens, want all %d" % (a, comp, n))
+        print("fetch: %d blocks (%d bytes) fetched from the holder, %d of %d prompt tokens "
+              "computed, %.0f MB/s; the holder killed before it answered: recomputed, tokens "
+              "identical" % (blocks, blocks * bb, n - full, n, bw / 1e6))
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    print("OK: cross-worker fetch")
+
+
 def scenario_rolling(build):
     """A rolling restart under load: router + 2 prefill + 2 decode workers serve `tandem bench`
     at a steady low rate while every worker in turn is drained (`tandem ctl drain`), waited for
@@ -1011,6 +1133,226 @@ def scenario_shutdown(build):
     print("OK: clean shutdown")
 
 
+
+def offline_json(build, model, req):
+    """`tandem generate --json`'s whole answer (ids and text) for a batch line."""
+    argv = [os.path.join(build, "tools", "tandem"), "generate", model, "--threads", "1", "--json",
+            "--prompt-ids", ",".join(map(str, req["prompt_ids"])),
+            "--max-tokens", str(req["max_tokens"])]
+    for k, flag in (("temperature", "--temperature"), ("top_p", "--top-p"), ("seed", "--seed")):
+        if k in req:
+            argv += [flag, str(req[k])]
+    if req.get("ignore_eos"):
+        argv.append("--ignore-eos")
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError("tandem generate failed: %s" % r.stderr)
+    return json.loads(r.stdout)
+
+
+def router_counter(cl, name):
+    m = re.search(r"^%s(?:\{[^}]*\})? (\S+)$" % re.escape(name), cl.metrics_text(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def scenario_migrate(build):
+    """Migration (docs/reliability.md): a decode worker SIGKILLed under 16 concurrent streams and
+    under 16 non-streaming requests, and one SIGSTOPped under 16 streams: every request completes
+    with exactly the tokens `tandem generate` gives (greedy and seeded), the stopped worker's
+    sequences move within the heartbeat window plus one second; a restarted router gets its
+    workers back at once and only its own in-flight requests fail; with no decode worker left, 503
+    with Retry-After within admission.no_worker_wait_s."""
+    model, cfg = make_model(build, "deepseek_v3")
+    hb = 1.5  # cluster.py's --cluster.heartbeat_timeout_s
+    wait_s = 1.0
+    # prompts of 8..40 tokens: the short ones are prefilled on the decode worker, the longer ones
+    # (and most resumed prompt + generated ones) on the prefill worker, so both resume paths run
+    cl = C.Cluster(build, model, n_prefill=1, n_decode=4, ucx_tls=os.environ.get("UCX_TLS", "tcp"),
+                   router_args=["--placement.local_prefill_tokens", "24",
+                                "--placement.policy", "least_loaded",
+                                "--admission.no_worker_wait_s", str(wait_s)])
+    try:
+        rng = random.Random(13)
+        reqs = []
+        for i in range(16):
+            r = {"prompt_ids": [rng.randrange(cfg["vocab_size"]) for _ in range(rng.randint(8, 40))],
+                 "max_tokens": 200, "ignore_eos": True}
+            if i % 2:
+                r["temperature"] = 1.0
+                r["seed"] = rng.randrange(1 << 40)
+                if i % 4 == 1:
+                    r["top_p"] = 0.9
+            else:
+                r["temperature"] = 0
+            reqs.append(r)
+        t0 = time.monotonic()
+        want, lock = [None] * len(reqs), threading.Lock()
+
+        def offline(i):
+            w = offline_json(build, model, reqs[i])
+            with lock:
+                want[i] = w
+        ths = [threading.Thread(target=offline, args=(i,)) for i in range(len(reqs))]
+        for k in range(0, len(ths), 4):
+            for th in ths[k:k + 4]:
+                th.start()
+            for th in ths[k:k + 4]:
+                th.join()
+        check(all(want), "tandem generate gave no answer for some request")
+        print("offline: %d requests in %.1f s" % (len(reqs), time.monotonic() - t0))
+
+        def streams_with(fault, victim):
+            """Run the 16 streams (RPC), apply `fault` to `victim` once it runs sequences and the
+            router has received tokens; returns (results, seconds from the fault to the first
+            migration)."""
+            m0 = router_counter(cl, "tandem_request_migrations_total")
+            g0 = cl.worker_metric(victim, "tandem_generation_tokens_total")
+            res = {}
+            th = threading.Thread(target=lambda: res.update(out=cl.batch(reqs, timeout=300)))
+            th.start()
+            # well into the streams: tens of tokens per sequence on the victim
+            wait_for(lambda: cl.worker_metric(victim, "tandem_num_requests_running") > 0 and
+                     cl.worker_metric(victim, "tandem_generation_tokens_total") > g0 + 120, 120,
+                     victim + " to stream tokens")
+            fault()
+            t_fault = time.monotonic()
+            wait_for(lambda: router_counter(cl, "tandem_request_migrations_total") > m0, 60,
+                     "a migration after the fault on " + victim)
+            dt = time.monotonic() - t_fault
+            th.join(300)
+            check(not th.is_alive(), "the streams hung after the fault on " + victim)
+            return res["out"], dt
+
+        def check_same(out, what):
+            check(len(out) == len(reqs), "%s: %d results for %d requests" %
+                  (what, len(out), len(reqs)))
+            bad = [(i, g["error"]) for i, g in enumerate(out)
+                   if g["error"] or g["ids"] != want[i]["ids"]]
+            for i, err in bad[:4]:
+                print("%s: request %d differs: error %r\n  got  %s\n  want %s" %
+                      (what, i, err, out[i]["ids"][:40], want[i]["ids"][:40]))
+            check(not bad, "%s: %d of %d requests failed or differ from tandem generate" %
+                  (what, len(bad), len(reqs)))
+
+        # 1. SIGKILL under 16 streams
+        out, dt = streams_with(lambda: cl.workers["d0"].kill(), "d0")
+        check_same(out, "SIGKILL d0 under 16 streams")
+        log = cl.router.tail(400)
+        resumed = re.findall(r"migrating sequence \d+ with (\d+) generated tokens", log)
+        check(resumed and max(map(int, resumed)) > 0,
+              "no sequence was resumed from generated tokens: %s" % resumed)
+        print("SIGKILL d0: 16 streams identical to tandem generate; %d sequences migrated "
+              "(generated tokens carried over: %s), first %.2f s after the kill" %
+              (len(resumed), ",".join(resumed), dt))
+
+        # 2. SIGKILL under 16 non-streaming requests
+        m0 = router_counter(cl, "tandem_request_migrations_total")
+        got = [None] * len(reqs)
+
+        def post(i):
+            r = reqs[i]
+            body = {"prompt": r["prompt_ids"], "max_tokens": r["max_tokens"],
+                    "ignore_eos": True, "temperature": r["temperature"]}
+            for k in ("seed", "top_p"):
+                if k in r:
+                    body[k] = r[k]
+            got[i] = cl.http_json("/v1/completions", body, timeout=300)
+        g0 = cl.worker_metric("d1", "tandem_generation_tokens_total")
+        ths = [threading.Thread(target=post, args=(i,)) for i in range(len(reqs))]
+        for th in ths:
+            th.start()
+        wait_for(lambda: cl.worker_metric("d1", "tandem_num_requests_running") > 0 and
+                 cl.worker_metric("d1", "tandem_generation_tokens_total") > g0 + 120, 120,
+                 "d1 to run sequences")
+        cl.workers["d1"].kill()
+        for th in ths:
+            th.join(300)
+        check(router_counter(cl, "tandem_request_migrations_total") > m0,
+              "no non-streaming request was migrated")
+        bad = 0
+        for i, (st, js, _) in enumerate(got):
+            ok = (st == 200 and js["choices"][0]["text"] == want[i]["text"] and
+                  js["usage"]["completion_tokens"] == 200 and
+                  js["usage"]["prompt_tokens"] == len(reqs[i]["prompt_ids"]))
+            if not ok:
+                bad += 1
+                print("non-streaming request %d: %d %s" % (i, st, str(js)[:300]))
+        check(bad == 0, "%d of 16 non-streaming requests failed or differ after SIGKILL of d1" %
+              bad)
+        print("SIGKILL d1: 16 non-streaming requests identical to tandem generate, usage exact")
+
+        # 3. SIGSTOP under 16 streams: within the heartbeat window plus one second
+        stopped = cl.workers["d2"]
+        out, dt = streams_with(lambda: stopped.proc.send_signal(signal.SIGSTOP), "d2")
+        check_same(out, "SIGSTOP d2 under 16 streams")
+        print("SIGSTOP d2: its sequences moved %.2f s after the stop (heartbeat window %.1f s); "
+              "16 streams identical to tandem generate" % (dt, hb))
+        check(dt <= hb + 1.0, "the stopped worker's sequences moved after %.2f s (> %.1f s)" %
+              (dt, hb + 1.0))
+        stopped.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: cl.status().get("d2", {"alive": False})["alive"], 15,
+                 "d2 to rejoin after SIGCONT")
+
+        # 4. router restart under 16 streams: its in-flight requests end with an error (none
+        #    hangs), the workers cancel them and are back within about a second, and the new
+        #    router serves with the same tokens
+        path = os.path.join(cl.dir, "restart.jsonl")
+        with open(path, "w") as f:
+            for r in reqs:
+                f.write(json.dumps(r) + "\n")
+        res = {}
+
+        def batch_raw():
+            res["r"] = cl.ctl("--timeout", "120", "batch", path, timeout=150, check=False)
+        th = threading.Thread(target=batch_raw)
+        g0 = cl.worker_metric("d3", "tandem_generation_tokens_total")
+        th.start()
+        wait_for(lambda: cl.worker_metric("d3", "tandem_generation_tokens_total") > g0 + 60, 120,
+                 "d3 to stream tokens before the router restart")
+        cl.restart_router()
+        t_up = time.monotonic()
+        cl.wait_workers(3, timeout=10)
+        back = time.monotonic() - t_up
+        th.join(150)
+        check(not th.is_alive(), "the batch hung after its router was restarted")
+        lines = [json.loads(l) for l in res["r"].stdout.splitlines() if l.strip()]
+        errs = [g["error"] for g in lines if g.get("error")]
+        print("router restart: workers back %.2f s after it listened; its %d in-flight requests: "
+              "%d ended with an error (e.g. %r), exit %d" %
+              (back, len(reqs), len(errs), errs[:1], res["r"].returncode))
+        check(back < 3.0, "workers took %.2f s to register with the restarted router" % back)
+        check(len(lines) + len(errs) > 0 and all(g.get("error") or g["ids"] == want[i]["ids"]
+                                                for i, g in enumerate(lines)),
+              "a request of the old router finished with wrong tokens")
+        wait_for(lambda: all(cl.worker_metric(w, "tandem_num_requests_running") == 0
+                             for w in ("d2", "d3")), 10,
+                 "the workers to cancel the old router's sequences")
+        check_same(cl.batch(reqs, timeout=300), "after the router restart")
+
+        # 5. no decode worker: 503 with Retry-After within admission.no_worker_wait_s
+        for wid in ("d2", "d3"):
+            cl.workers[wid].kill()
+        wait_for(lambda: not any(w["alive"] for k, w in cl.status().items()
+                                 if w["role"] == "decode"), 10, "every decode worker gone")
+        t0 = time.monotonic()
+        st, js, hdrs = cl.http_json("/v1/completions", {"prompt": [1, 2, 3],
+                                                        "max_tokens": 4}, timeout=60)
+        el = time.monotonic() - t0
+        print("no decode worker: %d after %.2f s (Retry-After %s): %s" %
+              (st, el, hdrs.get("Retry-After"), js))
+        check(st == 503 and hdrs.get("Retry-After"), "503 with Retry-After, got %d %r" % (st, js))
+        check(isinstance(js, dict) and "no decode worker" in js["error"]["message"] and
+              js["error"]["type"], "OpenAI-style error body: %r" % (js,))
+        check(wait_s - 0.1 <= el <= wait_s + 2.0, "answered after %.2f s (wait %.1f s)" %
+              (el, wait_s))
+        codes = cl.stop()
+        check(all(c == 0 for n, c in codes.items() if n not in ("d0", "d1", "d2", "d3")),
+              "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    print("OK: migration under SIGKILL and SIGSTOP, streaming and not; 503 without workers")
+
+
 def main():
     global MODEL
     build, scen, arch = os.path.abspath(sys.argv[1]), sys.argv[2], sys.argv[3]
@@ -1040,6 +1382,10 @@ def main():
         scenario_index(build)
     elif scen == "rolling":
         scenario_rolling(build)
+    elif scen == "fetch":
+        scenario_fetch(build)
+    elif scen == "migrate":
+        scenario_migrate(build)
     else:
         fail("unknown scenario " + scen)
 

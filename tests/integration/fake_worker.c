@@ -158,6 +158,9 @@ static void task_tick(uv_timer_t *tm)
     f.token_chunk = &c;
     send_frame(&f);
     if (o.die_after && sent_total >= o.die_after) {
+        td_rpc_conn_t *conn = td_rpc_client_conn(client);
+        if (conn) /* the chunk reaches the router before the crash */
+            td_rpc_conn_flush(conn);
         say("dying");
         _exit(0);
     }
@@ -176,10 +179,11 @@ static void on_decode_task(const Tandem__DecodeTask *d)
 {
     const Tandem__Sampling *sp = d->sampling;
     say("decode_task id=%llu n=%zu local=%d seed=%llu max=%d logprobs=%d temp=%.2f top_k=%d "
-        "stop_ids=%zu",
+        "stop_ids=%zu tenant=%.*s",
         (unsigned long long)d->request_id, d->n_tokens, d->local_prefill,
         (unsigned long long)(sp ? sp->seed : 0), sp ? sp->max_tokens : 0, sp ? sp->logprobs : -9,
-        sp ? sp->temperature : -1.0, sp ? sp->top_k : -1, sp ? sp->n_stop_ids : 0);
+        sp ? sp->temperature : -1.0, sp ? sp->top_k : -1, sp ? sp->n_stop_ids : 0,
+        (int)d->tenant.len, d->tenant.data ? (const char *)d->tenant.data : "");
     if (o.die_on_task) {
         say("dying");
         _exit(0);

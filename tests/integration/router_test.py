@@ -101,11 +101,13 @@ class Router(Proc):
                 "--cluster.heartbeat_timeout_s", "1", "--log.level", "debug"] + list(opts)
         super().__init__(args, name)
         line = self.wait_line(r"^tandem-router: http=", 60)
-        m = re.match(r"tandem-router: http=(\S+):(\d+) rpc=(\S+) cluster=(\S+)$", line)
+        m = re.match(r"tandem-router: http=(\S+):(\d+) rpc=(\S+) cluster=(\S+)"
+                     r"(?: admin=\S+:(\d+))?$", line)
         check(m, "start line format: %r" % line)
         self.port = int(m.group(2))
         self.rpc = m.group(3)
         self.cluster = m.group(4)
+        self.admin_port = int(m.group(5)) if m.group(5) else None
 
     def worker(self, name, role="decode", *opts):
         w = Proc([FAKE, "--role", role, "--addr", self.cluster, "--secret", SECRET, "--id", name,
@@ -544,9 +546,12 @@ def tokenize_with_key(rt):
 
 
 def sc_failures():
-    """ENOSPC retry, prefill failure, worker death (close and heartbeat loss), retry on death."""
+    """ENOSPC retry, prefill failure, worker death (close and heartbeat loss), retry on death,
+    with migration off (the scripted workers' canned tokens cannot continue a stream; migration
+    itself is tested against real workers by cluster_test.py's migrate scenario)."""
     rt = Router("failures", "--placement.policy", "round_robin",
-                "--placement.local_prefill_tokens", "0")
+                "--placement.local_prefill_tokens", "0", "--migration.enabled", "false",
+                "--migration.max_attempts", "1")
     ids = tokenize(rt, CANNED)
     full = rt.worker("dfull", "decode", "--error-code", "-22")
     ok = rt.worker("dok", "decode", "--tokens", ids_arg(ids))
@@ -643,10 +648,24 @@ def sc_admission():
     st, js, _, _ = rt.post("/v1/completions", {"prompt": "hi", "max_tokens": 10})
     check(st == 200, "a request that fits runs")
     rt.stop()
+    # no decode worker at all: 503 with Retry-After after admission.no_worker_wait_s, streaming
+    # or not (a stream's status is sent with its first event, so it can still be 503)
+    rt = Router("noworker", "--admission.no_worker_wait_s", "0.5")
+    for stream in (False, True):
+        t0 = time.time()
+        st, js, _, hdr = rt.post("/v1/completions", {"prompt": "hi", "stream": stream})
+        el = time.time() - t0
+        check(st == 503 and hdr.get("retry-after") == "1" and
+              "no decode worker is available" in js["error"]["message"] and
+              js["error"]["type"] == "service_unavailable_error",
+              "no worker (stream=%s): %d %r %r" % (stream, st, hdr, js))
+        check(0.4 < el < 3, "answered after about no_worker_wait_s: %.2f s" % el)
+    rt.stop()
 
 
 def sc_disconnect():
-    """A client that goes away mid-stream cancels its request on the worker."""
+    """A client that goes away mid-stream, or before its whole answer, cancels its request on
+    the workers."""
     rt = Router("disconnect", "--placement.local_prefill_tokens", "0")
     ids = tokenize(rt, CANNED)
     d = rt.worker("d1", "decode", "--tokens", ids_arg(ids), "--interval-ms", "200")
@@ -668,6 +687,23 @@ def sc_disconnect():
     p.wait_line(r"^cancel id=%s$" % rid, timeout=5)
     time.sleep(2.2)
     check(not p.has(r"^prefill_done id=%s" % rid), "a canceled prefill never completes")
+    st, _, _, _ = rt.request("GET", "/health")
+    check(st == 200, "still healthy")
+    # a non-streaming client that goes away while its answer is being generated cancels it on
+    # the decode worker (and the prefill worker) too
+    n_tasks = len(d.has(r"^decode_task id="))
+    s = socket.create_connection(("127.0.0.1", rt.port))
+    body = json.dumps({"prompt": "hi there", "max_tokens": 30})
+    s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+    wait_until(lambda: len(d.has(r"^decode_task id=")) > n_tasks, 5, "the second decode task")
+    rid = re.search(r"id=(\d+)", d.has(r"^decode_task id=")[-1]).group(1)
+    t0 = time.time()
+    s.close()
+    d.wait_line(r"^cancel id=%s$" % rid, timeout=5)
+    p.wait_line(r"^cancel id=%s$" % rid, timeout=5)
+    print("non-streaming client gone: canceled on both workers after %.2f s" % (time.time() - t0))
+    check("the client disconnected" in rt.stderr(), "logged as a disconnect")
     st, _, _, _ = rt.request("GET", "/health")
     check(st == 200, "still healthy")
     rt.stop()

@@ -20,7 +20,10 @@ static void mkmodel_usage(FILE *out)
             "  --arch ARCH         llama | qwen3 | deepseek_v2 | deepseek_v3\n"
             "  --out DIR           output directory (created; its parent must exist)\n"
             "  --preset NAME       tiny (hidden 64, 2-3 layers; default) | bench (~100M params)\n"
+            "                      | llama8b (llama: Llama 3.1 8B's shapes)\n"
+            "                      | dsv2lite (deepseek_v2: DeepSeek-V2-Lite's shapes)\n"
             "                      | small (tiny with hidden 256: rows for the K-quants)\n"
+            "  --layers N          N layers instead of the preset's\n"
             "  --seed N            weight seed (default 1); same seed, same bytes\n"
             "  --dtype T           safetensors dtype: f32 (default) | bf16 | f16\n"
             "  --fp8               DeepSeek: linear weights as F8_E4M3 + 128x128 weight_scale_inv\n"
@@ -49,7 +52,8 @@ int td_cmd_mkmodel(int argc, char **argv)
         O_FUSED,
         O_TOK,
         O_CTX,
-        O_GGUF
+        O_GGUF,
+        O_LAYERS
     };
     static const struct option opts[] = {
         {"arch", required_argument, NULL, O_ARCH},
@@ -63,6 +67,7 @@ int td_cmd_mkmodel(int argc, char **argv)
         {"tokenizer", required_argument, NULL, O_TOK},
         {"context", required_argument, NULL, O_CTX},
         {"gguf", required_argument, NULL, O_GGUF},
+        {"layers", required_argument, NULL, O_LAYERS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -120,6 +125,13 @@ int td_cmd_mkmodel(int argc, char **argv)
                 o.context = (int)ctx;
             break;
         }
+        case O_LAYERS:
+            if (td_parse_i64(optarg, &n) != 0 || n < 1 || n > 1024)
+                err = td_err_set(TD_EINVAL, "--layers: \"%s\" is not a number from 1 to 1024",
+                                 optarg);
+            else
+                o.layers = (int)n;
+            break;
         case O_GGUF:
             o.gguf = true;
             err = td_modelgen_parse_dtype(optarg, &o.gguf_dtype);

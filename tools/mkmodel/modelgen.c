@@ -108,10 +108,16 @@ int td_modelgen_parse_preset(const char *s, td_modelgen_preset_t *out)
         *out = TD_MODELGEN_TINY;
     else if (td_str_eq(s, "bench"))
         *out = TD_MODELGEN_BENCH;
+    else if (td_str_eq(s, "llama8b"))
+        *out = TD_MODELGEN_LLAMA8B;
+    else if (td_str_eq(s, "dsv2lite"))
+        *out = TD_MODELGEN_DSV2LITE;
     else if (td_str_eq(s, "small"))
         *out = TD_MODELGEN_SMALL;
     else
-        return td_err_set(TD_EINVAL, "unknown preset \"%s\" (tiny, bench, small)", s ? s : "");
+        return td_err_set(TD_EINVAL,
+                          "unknown preset \"%s\" (tiny, bench, llama8b, dsv2lite, small)",
+                          s ? s : "");
     return 0;
 }
 
@@ -163,7 +169,17 @@ int td_modelgen_write(const td_modelgen_opts_t *o, td_modelgen_info_t *info)
                           "mkmodel: --gguf type must be f32, f16, q8_0, q4_0, q4_k, q6_k or q4_k_m");
     if (o->shards < 0 || o->shards > 99)
         return td_err_set(TD_EINVAL, "mkmodel: --shards must be 1..99");
+    if (o->preset == TD_MODELGEN_LLAMA8B && o->arch != TD_MODELGEN_LLAMA)
+        return td_err_set(TD_EINVAL, "mkmodel: --preset llama8b is for --arch llama");
+    if (o->preset == TD_MODELGEN_DSV2LITE && o->arch != TD_MODELGEN_DEEPSEEK_V2)
+        return td_err_set(TD_EINVAL, "mkmodel: --preset dsv2lite is for --arch deepseek_v2");
+    if (o->layers < 0 || o->layers > 1024)
+        return td_err_set(TD_EINVAL, "mkmodel: --layers must be 1..1024");
     td__mg_hp_init(&c.hp, o->arch, o->preset);
+    if (o->layers > 0) {
+        c.hp.n_layers = o->layers;
+        c.hp.first_dense = TD_MIN(c.hp.first_dense, o->layers);
+    }
     if (o->context < 0 || o->context > (1 << 20))
         return td_err_set(TD_EINVAL, "mkmodel: --context must be 1..1048576");
     if (o->context > 0 && td__mg_is_deepseek(o->arch)) {

@@ -79,6 +79,37 @@ void td__mg_hp_init(mg_hp_t *h, td_modelgen_arch_t arch, td_modelgen_preset_t pr
         break;
     }
     }
+    if (preset == TD_MODELGEN_LLAMA8B && arch == TD_MODELGEN_LLAMA) {
+        h->vocab = 128256;
+        h->hidden = 4096;
+        h->n_layers = 32;
+        h->n_heads = 32;
+        h->n_kv = 8;
+        h->head_dim = 128;
+        h->inter = 14336;
+        h->max_pos = 131072;
+    } else if (preset == TD_MODELGEN_DSV2LITE && arch == TD_MODELGEN_DEEPSEEK_V2) {
+        h->vocab = 102400;
+        h->hidden = 2048;
+        h->n_layers = 27;
+        h->n_heads = h->n_kv = 16;
+        h->q_lora = 0;
+        h->kv_lora = 512;
+        h->nope = 128;
+        h->rope = 64;
+        h->v_dim = 128;
+        h->inter = 10944;
+        h->moe_inter = 1408;
+        h->n_exp = 64;
+        h->n_shared = 2;
+        h->top_k = 6;
+        h->n_group = h->topk_group = 1;
+        h->routed_scale = 1.0;
+        h->norm_topk = false;
+        h->yarn_factor = 40;
+        h->yarn_orig = 4096;
+        h->max_pos = 163840;
+    }
     if (preset == TD_MODELGEN_SMALL) { /* tiny with rows of multiples of 256 */
         h->hidden = 256;
         if (arch == TD_MODELGEN_LLAMA)

@@ -30,6 +30,8 @@ typedef enum td_modelgen_arch {
 typedef enum td_modelgen_preset {
     TD_MODELGEN_TINY = 0, /* hidden 64, 2-3 layers: unit and integration tests */
     TD_MODELGEN_BENCH,    /* about 100M parameters (vocabulary 32000 without a tokenizer) */
+    TD_MODELGEN_LLAMA8B,  /* llama only: the shapes of Llama 3.1 8B (the GPU benchmarks) */
+    TD_MODELGEN_DSV2LITE, /* deepseek_v2 only: the shapes of DeepSeek-V2-Lite (16B, MoE) */
     TD_MODELGEN_SMALL,    /* tiny, but hidden 256 and MLP widths of multiples of 256, so the
                              K-quant formats (256-value blocks) apply to most matrices */
 } td_modelgen_preset_t;
@@ -59,6 +61,7 @@ typedef struct td_modelgen_opts {
     td_modelgen_dtype_t gguf_dtype; /* F32, F16, Q8_0, Q4_0, Q4_K, Q6_K or Q4_K_M for matrices
                                        (vectors and the MoE router stay F32) */
     const char *out_dir;            /* created if missing (its parent must exist) */
+    int layers;                     /* > 0: this many layers instead of the preset's */
     int context;                    /* > 0: max_position_embeddings (llama, qwen3; DeepSeek: the
                                        YaRN factor is scaled to reach it); 0: the preset's */
 } td_modelgen_opts_t;

@@ -443,6 +443,7 @@ td_backend_t *td_cpu_backend_create(int n_threads)
     b->kv_store = cpu_kv_store;
     b->attn_gqa = cpu_attn_gqa;
     b->attn_mla = cpu_attn_mla;
+    td__cpu_mem_hooks(b);
     c->n_threads = n_threads;
     c->scratch = td_calloc((size_t)n_threads, sizeof(float *));
     if (!c->scratch)

@@ -37,6 +37,10 @@ void td_cpu_pool_free(td_cpu_pool_t *p);
  * on the caller alone. Not reentrant: one caller at a time. */
 void td_cpu_pool_run(td_cpu_pool_t *p, int64_t n, td_cpu_job_fn fn, void *ctx);
 
+/* Fill b's memory hooks (cpu_mem.c): host memory for every kind. */
+struct td_backend;
+void td__cpu_mem_hooks(struct td_backend *b);
+
 float td__cpu_dot(const float *a, const float *b, int64_t n);
 
 /* Columns [c0, c0 + n) of row r of W as fp32 (cpu_dequant.c): a pointer into W's data for F32,

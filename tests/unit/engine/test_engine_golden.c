@@ -10,6 +10,7 @@
 #include "td_error.h"
 #include "td_kv.h"
 #include "td_model.h"
+#include "golden_fixture.h"
 #include "td_check.h"
 
 #include <check.h>
@@ -20,30 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static char golden_dir[4096];
-
-/* Put the golden folder's path in golden_dir; true when it can be read. */
-static bool have_golden(void)
-{
-    const char *g = getenv("TD_GOLDEN_DIR");
-    const char *src = getenv("TD_SOURCE_ROOT");
-    if (g)
-        snprintf(golden_dir, sizeof(golden_dir), "%s", g);
-    else
-        snprintf(golden_dir, sizeof(golden_dir), "%s/../shared/golden", src ? src : ".");
-    return access(golden_dir, R_OK) == 0;
-}
-
-static double log_softmax_at(const float *logits, int V, int id)
-{
-    double mx = -INFINITY, sum = 0;
-    for (int i = 0; i < V; i++)
-        mx = fmax(mx, logits[i]);
-    for (int i = 0; i < V; i++)
-        sum += exp((double)logits[i] - mx);
-    return (double)logits[id] - mx - log(sum);
-}
 
 static int argmax(const float *v, int n)
 {

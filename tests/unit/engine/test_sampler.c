@@ -314,6 +314,59 @@ START_TEST(test_top_p_wide_nucleus)
 }
 END_TEST
 
+/* A sampler put at position n (td_sampler_seek, as a decode worker is when a sequence migrates to
+ * it after n generated tokens) continues exactly like one that sampled those n tokens itself, for
+ * sampled and greedy requests, whatever it did before the seek, and reaches max_tokens at the same
+ * point; a seek to a wrong position gives other tokens (the test can fail). */
+START_TEST(test_seek_continues_stream)
+{
+    for (int greedy = 0; greedy < 2; greedy++) {
+        td_sampling_t p;
+        td_sampling_defaults(&p);
+        p.temperature = greedy ? 0.0f : 1.1f;
+        p.top_k = 3;
+        p.seed = 987654321;
+        p.max_tokens = 30;
+        td_sample_t ref[30];
+        td_sampler_t a;
+        ck_assert_int_eq(td_sampler_init(&a, &p, 4), 0);
+        for (int i = 0; i < 30; i++)
+            td_sampler_sample(&a, L, &ref[i]);
+        ck_assert_int_eq(ref[29].finish, TD_FINISH_LENGTH);
+        for (int n = 0; n < 30; n += 7) {
+            td_sampler_t b;
+            ck_assert_int_eq(td_sampler_init(&b, &p, 4), 0);
+            td_sample_t junk;
+            td_sampler_sample(&b, L, &junk); /* a seek starts from the seed, not from here */
+            td_sampler_seek(&b, n);
+            ck_assert_int_eq(b.n_generated, n);
+            for (int i = n; i < 30; i++) {
+                td_sample_t y;
+                td_sampler_sample(&b, L, &y);
+                ck_assert_int_eq(y.token, ref[i].token);
+                ck_assert_int_eq(y.finish, ref[i].finish);
+            }
+            td_sampler_free(&b);
+        }
+        if (!greedy) {
+            /* one position off: the stream differs somewhere */
+            td_sampler_t c;
+            ck_assert_int_eq(td_sampler_init(&c, &p, 4), 0);
+            td_sampler_seek(&c, 9);
+            int differ = 0;
+            for (int i = 10; i < 30; i++) {
+                td_sample_t z;
+                td_sampler_sample(&c, L, &z);
+                differ += z.token != ref[i].token;
+            }
+            ck_assert_int_gt(differ, 3);
+            td_sampler_free(&c);
+        }
+        td_sampler_free(&a);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("sampler");
@@ -327,6 +380,7 @@ int main(void)
     tcase_add_test(tc, test_bad_params);
     tcase_add_test(tc, test_top_p_wide_nucleus);
     tcase_add_test(tc, test_accept_continues_stream);
+    tcase_add_test(tc, test_seek_continues_stream);
     suite_add_tcase(su, tc);
     return td_check_run(su);
 }

@@ -1,5 +1,6 @@
-/* test_kvx.c: the KV data plane within one process: run coalescing, layout and blob checks, and
- * two pools on one loop pushing and pulling blocks through UCX (multi-process tests are in
+/* test_kvx.c: the KV data plane within one process: run coalescing, layout and blob checks, the
+ * FETCH message's parser, and two pools on one loop pushing, pulling and fetching blocks through
+ * UCX (multi-process tests are in
  * tests/integration/kvx_test.py). */
 #include "td_error.h"
 #include "td_kvx.h"
@@ -137,11 +138,56 @@ static td_kvx_t *ka, *kb;
 static rec_t ra, rb;
 static td_kvx_peer_t *a_to_b;
 
+/* ---- the holder's side of a fetch (kb serves; keys name source blocks: key byte 0 = id) ---- */
+
+typedef enum serve_mode { SERVE_ALL, SERVE_TWO, SERVE_NONE, SERVE_BAD_CSUM, SERVE_LATER } serve_mode_t;
+static serve_mode_t serve_mode;
+static int serve_calls, served_status;
+static struct {
+    td_kvx_peer_t *peer;
+    uint64_t id;
+    unsigned flags;
+    uint32_t n, src[NB], dst[NB];
+} later; /* SERVE_LATER: the request kept for an answer after the loop ran */
+
+static void served_cb(int status, void *arg)
+{
+    (void)arg;
+    served_status = status;
+}
+
+static void on_fetch(td_kvx_t *k, const td_kvx_fetch_req_t *req, void *arg)
+{
+    (void)k;
+    (void)arg;
+    serve_calls++;
+    uint32_t src[NB];
+    for (uint32_t i = 0; i < req->n; i++)
+        src[i] = req->keys[(size_t)i * TD_KVX_KEY_BYTES];
+    uint32_t n = serve_mode == SERVE_TWO ? 2 : serve_mode == SERVE_NONE ? 0 : req->n;
+    unsigned flags = req->flags | (serve_mode == SERVE_BAD_CSUM ? TD_KVX_F_TEST_BAD_CSUM : 0);
+    served_status = 1;
+    if (serve_mode == SERVE_LATER) {
+        later.peer = req->peer;
+        later.id = req->id;
+        later.flags = req->flags;
+        later.n = req->n;
+        memcpy(later.src, src, 4 * req->n);
+        memcpy(later.dst, req->dst, 4 * req->n);
+        return;
+    }
+    ck_assert_int_eq(td_kvx_fetch_answer(req->peer, req->id, flags, src, req->dst, n, TD_ENOENT,
+                                         served_cb, NULL),
+                     0);
+}
+
 static td_kvx_t *make(const char *fp, uint64_t bb, rec_t *r)
 {
     td_kvx_layout_t l = {.block_bytes = bb, .n_blocks = NB};
     strncpy((char *)l.fingerprint, fp, 16);
     td_kvx_opts_t o = {.on_recv = on_recv, .arg = r};
+    if (r == &rb)
+        o.on_fetch = on_fetch;
     return td_kvx_new(&loop, &l, &o);
 }
 
@@ -330,6 +376,222 @@ START_TEST(test_bad_layout)
 }
 END_TEST
 
+/* ---- fetch ------------------------------------------------------------------------------- */
+
+typedef struct fetch_rec {
+    int status; /* 1 until the callback ran */
+    uint32_t n_got;
+} fetch_rec_t;
+
+static void fetch_cb(int status, uint32_t n_got, void *arg)
+{
+    fetch_rec_t *f = arg;
+    f->status = status;
+    f->n_got = n_got;
+}
+
+/* a fetches b's blocks `src` by key into its blocks 20.. */
+static int fetch_from_b(const uint32_t *src, uint32_t n, fetch_rec_t *f)
+{
+    uint8_t keys[NB * TD_KVX_KEY_BYTES];
+    uint32_t dst[NB];
+    memset(keys, 0xee, sizeof(keys));
+    for (uint32_t i = 0; i < n; i++) {
+        keys[(size_t)i * TD_KVX_KEY_BYTES] = (uint8_t)src[i];
+        dst[i] = 20 + i;
+    }
+    f->status = 1;
+    f->n_got = 99;
+    return td_kvx_fetch(a_to_b, keys, dst, n, TD_KVX_F_CSUM, fetch_cb, f);
+}
+
+START_TEST(test_fetch)
+{
+    fill(kb, 5);
+    uint32_t src[] = {7, 8, 9, 30};
+    fetch_rec_t f;
+    serve_calls = 0;
+
+    serve_mode = SERVE_ALL; /* every block, checked on arrival */
+    ck_assert_int_eq(fetch_from_b(src, 4, &f), 0);
+    ck_assert_int_eq(f.status, 1);
+    run_until(&f.status, 30);
+    ck_assert_int_eq(f.status, 0);
+    ck_assert_uint_eq(f.n_got, 4);
+    for (uint32_t i = 0; i < 4; i++)
+        ck_assert(holds(ka, 20 + i, src[i], 5));
+    run_until(&served_status, 30);
+    ck_assert_int_eq(served_status, 0); /* the holder's callback: its blocks are free again */
+    ck_assert_int_eq(ra.n_recv, 0);     /* an answer is not an incoming push */
+
+    fill(kb, 6);
+    serve_mode = SERVE_TWO; /* a leading run only */
+    ck_assert_int_eq(fetch_from_b(src, 4, &f), 0);
+    run_until(&f.status, 30);
+    ck_assert_int_eq(f.status, 0);
+    ck_assert_uint_eq(f.n_got, 2);
+    ck_assert(holds(ka, 20, src[0], 6) && holds(ka, 21, src[1], 6));
+    ck_assert(holds(ka, 22, src[2], 5)); /* untouched */
+
+    serve_mode = SERVE_NONE; /* the holder has none of them (evicted) */
+    ck_assert_int_eq(fetch_from_b(src, 4, &f), 0);
+    run_until(&f.status, 30);
+    ck_assert_int_eq(f.status, TD_ENOENT);
+    ck_assert_uint_eq(f.n_got, 0);
+
+    serve_mode = SERVE_BAD_CSUM; /* the bytes do not match the holder's checksum */
+    ck_assert_int_eq(fetch_from_b(src, 4, &f), 0);
+    run_until(&f.status, 30);
+    ck_assert_int_eq(f.status, TD_ECHECKSUM);
+    ck_assert_uint_eq(f.n_got, 0);
+    run_until(&served_status, 30);
+    ck_assert_int_eq(served_status, TD_ECHECKSUM);
+
+    fill(kb, 7);
+    serve_mode = SERVE_LATER; /* answered after the loop ran (a disk read on a real holder) */
+    ck_assert_int_eq(fetch_from_b(src, 3, &f), 0);
+    double end = td_now_s() + 30;
+    while (serve_calls < 5 && td_now_s() < end)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(serve_calls, 5);
+    end = td_now_s() + 0.2;
+    while (td_now_s() < end)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(f.status, 1); /* waits for the answer */
+    ck_assert_int_eq(td_kvx_fetch_answer(later.peer, later.id, later.flags, later.src, later.dst,
+                                         later.n, 0, served_cb, NULL),
+                     0);
+    run_until(&f.status, 30);
+    ck_assert_int_eq(f.status, 0);
+    ck_assert_uint_eq(f.n_got, 3);
+    for (uint32_t i = 0; i < 3; i++)
+        ck_assert(holds(ka, 20 + i, src[i], 7));
+    ck_assert_int_eq(serve_calls, 5);
+
+    /* refused at once: no callback */
+    uint32_t bad[] = {NB};
+    uint8_t key[TD_KVX_KEY_BYTES] = {0};
+    ck_assert_int_eq(td_kvx_fetch(a_to_b, key, bad, 1, 0, fetch_cb, &f), TD_ERANGE);
+    ck_assert_int_eq(td_kvx_fetch(a_to_b, key, bad, 0, 0, fetch_cb, &f), TD_EINVAL);
+    ck_assert_int_eq(td_kvx_fetch(a_to_b, key, bad, NB + 1, 0, fetch_cb, &f), TD_EINVAL);
+}
+END_TEST
+
+START_TEST(test_fetch_no_server)
+{
+    /* a serves no fetches (no on_fetch): b's fetch from a is answered TD_ENOTSUP */
+    size_t len;
+    const void *blob = td_kvx_blob(ka, &len);
+    td_kvx_peer_t *b_to_a;
+    ck_assert_int_eq(td_kvx_connect(kb, blob, len, &b_to_a), 0);
+    uint8_t key[TD_KVX_KEY_BYTES] = {1};
+    uint32_t dst[] = {3};
+    fetch_rec_t f = {1, 99};
+    ck_assert_int_eq(td_kvx_fetch(b_to_a, key, dst, 1, TD_KVX_F_CSUM, fetch_cb, &f), 0);
+    run_until(&f.status, 30);
+    ck_assert_int_eq(f.status, TD_ENOTSUP);
+    ck_assert_uint_eq(f.n_got, 0);
+}
+END_TEST
+
+START_TEST(test_fetch_holder_closes)
+{
+    /* the holder goes away before it answers: the fetch fails, after UCX let go of the blocks.
+     * Over TCP, where a closed endpoint is a closed socket (shared memory notices only the death
+     * of the process, which tests/integration covers). */
+    const char *tls = getenv("UCX_TLS");
+    char *saved = tls ? strdup(tls) : NULL;
+    setenv("UCX_TLS", "tcp", 1);
+    rec_t rr = {0}, rh = {0};
+    td_kvx_t *kr = make("fp-one", BB, &rr), *kh = make("fp-one", BB, &rb);
+    if (saved)
+        setenv("UCX_TLS", saved, 1);
+    else
+        unsetenv("UCX_TLS");
+    free(saved);
+    (void)rh;
+    ck_assert_ptr_nonnull(kr);
+    ck_assert_ptr_nonnull(kh);
+    size_t len;
+    const void *blob = td_kvx_blob(kh, &len);
+    td_kvx_peer_t *r_to_h;
+    ck_assert_int_eq(td_kvx_connect(kr, blob, len, &r_to_h), 0);
+    serve_mode = SERVE_LATER;
+    serve_calls = 0;
+    uint8_t keys[2 * TD_KVX_KEY_BYTES] = {1};
+    uint32_t dst[] = {20, 21};
+    fetch_rec_t f = {1, 99};
+    ck_assert_int_eq(td_kvx_fetch(r_to_h, keys, dst, 2, TD_KVX_F_CSUM, fetch_cb, &f), 0);
+    double end = td_now_s() + 30;
+    while (serve_calls == 0 && td_now_s() < end)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(serve_calls, 1);
+    td_kvx_close(kh, NULL, NULL);
+    run_until(&f.status, 60);
+    ck_assert_int_lt(f.status, 0);
+    ck_assert_int_ne(f.status, 1);
+    ck_assert_uint_eq(f.n_got, 0);
+    td_kvx_close(kr, NULL, NULL);
+}
+END_TEST
+
+START_TEST(test_fetch_parse)
+{
+    enum { N = 3 };
+    uint8_t keys[N * TD_KVX_KEY_BYTES];
+    uint32_t dst[N] = {4, 0, 63}, out_dst[NB];
+    for (size_t i = 0; i < sizeof(keys); i++)
+        keys[i] = (uint8_t)(i * 5);
+    uint8_t msg[512];
+    size_t len = td_kvx_fetch_size(N);
+    ck_assert_uint_eq(len, 16 + N * 20);
+    td_kvx_fetch_encode(msg, keys, dst, N, TD_KVX_F_CSUM | TD_KVX_F_TEST_BAD_CSUM);
+    td_kvx_fetch_req_t r;
+    ck_assert_int_eq(td_kvx_fetch_parse(msg, len, NB, NB, out_dst, &r), 0);
+    ck_assert_uint_eq(r.n, N);
+    ck_assert_uint_eq(r.flags, TD_KVX_F_CSUM); /* test flags never travel */
+    ck_assert_int_eq(memcmp(r.keys, keys, sizeof(keys)), 0);
+    ck_assert_int_eq(memcmp(r.dst, dst, sizeof(dst)), 0);
+    /* at an odd address too */
+    uint8_t odd[513];
+    memcpy(odd + 1, msg, len);
+    ck_assert_int_eq(td_kvx_fetch_parse(odd + 1, len, NB, NB, out_dst, &r), 0);
+
+    struct {
+        size_t off;      /* byte to change, or SIZE_MAX for none */
+        uint8_t val;
+        long dlen;       /* length change */
+        uint32_t max_n, limit;
+        const char *msg; /* in td_err_msg */
+    } bad[] = {
+        {SIZE_MAX, 0, -(long)len, NB, NB, "shorter"},
+        {SIZE_MAX, 0, -1, NB, NB, "bytes"},
+        {SIZE_MAX, 0, 1, NB, NB, "bytes"},
+        {SIZE_MAX, 0, -15, NB, NB, "bytes"},
+        {0, 0, 0, NB, NB, "n 0"},        /* n = 0 */
+        {0, 4, 0, NB, NB, "bytes"},      /* n = 4: length disagrees */
+        {3, 0x80, 0, NB, NB, "outside"}, /* huge n */
+        {SIZE_MAX, 0, 0, 2, NB, "outside"}, /* n over the pool */
+        {4, 8, 0, NB, NB, "key_bytes"},
+        {8, 3, 0, NB, NB, "flags"},
+        {12, 1, 0, NB, NB, "reserved"},
+        {SIZE_MAX, 0, 0, NB, 63, "dst block 63"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint8_t m[512];
+        memcpy(m, msg, len);
+        if (bad[i].off != SIZE_MAX)
+            m[bad[i].off] = bad[i].val;
+        size_t l = (size_t)((long)len + bad[i].dlen);
+        ck_assert_msg(td_kvx_fetch_parse(m, l, bad[i].max_n, bad[i].limit, out_dst, &r) ==
+                          TD_EPROTO,
+                      "case %zu accepted", i);
+        ck_assert_msg(strstr(td_err_msg(), bad[i].msg), "case %zu: %s", i, td_err_msg());
+    }
+    ck_assert_int_eq(td_kvx_fetch_parse(NULL, 0, NB, NB, out_dst, &r), TD_EPROTO);
+}
+END_TEST
+
 static Suite *kvx_suite(void)
 {
     Suite *s = suite_create("kvx");
@@ -337,6 +599,7 @@ static Suite *kvx_suite(void)
     tcase_add_test(tc, test_coalesce_known);
     tcase_add_test(tc, test_coalesce_random);
     tcase_add_test(tc, test_bad_layout);
+    tcase_add_test(tc, test_fetch_parse);
     suite_add_tcase(s, tc);
     tc = tcase_create("loopback");
     tcase_add_checked_fixture(tc, setup, teardown);
@@ -345,6 +608,9 @@ static Suite *kvx_suite(void)
     tcase_add_test(tc, test_checksum_mismatch);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_close_cancels);
+    tcase_add_test(tc, test_fetch);
+    tcase_add_test(tc, test_fetch_no_server);
+    tcase_add_test(tc, test_fetch_holder_closes);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -223,6 +223,10 @@ START_TEST(test_body_and_headers)
         td_buf_append_char(&big, 'a');
     r = roundtrip(big.data, big.len);
     ck_assert(td_str_startswith(r, "HTTP/1.1 413"));
+    /* h2o's own answer, as an OpenAI-style JSON body naming the limit */
+    ck_assert_msg(strstr(r, "content-type: application/json\r\n") &&
+                      strstr(r, "\"code\":\"request_too_large\"") && strstr(r, "1024 bytes"),
+                  "%s", r);
     free(r);
     td_buf_free(&big);
 }
@@ -253,10 +257,19 @@ START_TEST(test_cancel_and_garbage)
     for (int i = 0; i < 500 && atomic_load(&cancels) == 0; i++)
         usleep(10000);
     ck_assert_int_eq(atomic_load(&cancels), 1);
-    /* garbage gets a 400 (or a close), and the server keeps serving */
+    /* garbage gets a 400 with an OpenAI-style JSON body, and the server keeps serving */
     const char junk[] = "\x01\x02 NOT HTTP\r\n\r\n";
     char *r = roundtrip(junk, sizeof(junk) - 1);
-    ck_assert(*r == '\0' || td_str_startswith(r, "HTTP/1.1 400"));
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 400") &&
+                      strstr(r, "Content-Type: application/json\r\n") &&
+                      strstr(r, "\r\n\r\n{\"error\":{\"message\":") &&
+                      strstr(r, "\"code\":\"bad_request\"}}"),
+                  "%s", r);
+    free(r);
+    /* a header line without a colon: the same */
+    const char badhdr[] = "GET /health HTTP/1.1\r\nno colon here\r\n\r\n";
+    r = roundtrip(badhdr, sizeof(badhdr) - 1);
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 400") && strstr(r, "{\"error\":"), "%s", r);
     free(r);
     r = get("/health");
     ck_assert(td_str_startswith(r, "HTTP/1.1 200 OK\r\n"));

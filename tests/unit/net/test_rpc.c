@@ -21,6 +21,8 @@ typedef struct side {
     char last_reason[256];
     char peer_id[128];
     uint64_t last_seq;
+    int hbs;       /* heartbeats received */
+    bool disorder; /* a heartbeat's seq was not the previous one's plus one */
     bool reply;   /* answer each heartbeat with an Error frame carrying the same seq */
     bool send_on_ready;
 } side_t;
@@ -47,6 +49,8 @@ static void on_frame(td_rpc_conn_t *c, const Tandem__Frame *f, void *ud)
     side_t *s = ud;
     s->frames++;
     if (f->body_case == TANDEM__FRAME__BODY_HEARTBEAT) {
+        if (s->hbs++ && f->heartbeat->seq != s->last_seq + 1)
+            s->disorder = true;
         s->last_seq = f->heartbeat->seq;
         if (s->reply) {
             Tandem__Error e = TANDEM__ERROR__INIT;
@@ -181,6 +185,66 @@ START_TEST(test_wrong_secret)
     ck_assert_int_eq(cli.last_status, TD_EAUTH);
     ck_assert_ptr_nonnull(strstr(cli.last_reason, "wrong cluster secret"));
     td_rpc_client_stop(cl);
+    td_rpc_server_close(s);
+    drain(&loop);
+}
+END_TEST
+
+/* A rotation: a server holding a new and a previous secret authenticates clients of either (each
+ * client checks the server's proof with its own secret); swapping the secrets leaves the
+ * connections made and refuses newcomers with the dropped one. */
+static void connect_one(uv_loop_t *loop, int port, const char *secret, side_t *cli,
+                        td_rpc_client_t **cl)
+{
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    td_rpc_opts_t co = opts_for(cli, secret, "rot");
+    ck_assert_int_eq(td_rpc_client_start(loop, addr, &co, false, cl), 0);
+}
+
+static bool ready_or_closed(void *a)
+{
+    side_t *s = a;
+    return s->ready > 0 || s->closes > 0;
+}
+
+START_TEST(test_secret_rotation)
+{
+    static const char old_s[] = "the-old-cluster-secret", new_s[] = "the-new-cluster-secret";
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    side_t srv = {0}, c_old = {0}, c_new = {0}, c_late = {0}, c_new2 = {0};
+    td_rpc_opts_t so = opts_for(&srv, new_s, NULL);
+    so.secret_prev = (const uint8_t *)old_s;
+    so.secret_prev_len = strlen(old_s);
+    td_rpc_server_t *s;
+    ck_assert_int_eq(td_rpc_server_start(&loop, "127.0.0.1:0", &so, &s), 0);
+    int port = td_rpc_server_port(s);
+    td_rpc_client_t *cl_old, *cl_new, *cl_late, *cl_new2;
+    connect_one(&loop, port, old_s, &c_old, &cl_old);
+    connect_one(&loop, port, new_s, &c_new, &cl_new);
+    ck_assert(run_until(&loop, ready_or_closed, &c_old, 5000));
+    ck_assert(run_until(&loop, ready_or_closed, &c_new, 5000));
+    ck_assert_int_eq(c_old.ready, 1);
+    ck_assert_int_eq(c_new.ready, 1);
+    /* the rotation ends: only the new secret */
+    ck_assert_int_eq(td_rpc_server_set_secrets(s, (const uint8_t *)new_s, strlen(new_s), NULL, 0),
+                     0);
+    connect_one(&loop, port, old_s, &c_late, &cl_late);
+    connect_one(&loop, port, new_s, &c_new2, &cl_new2);
+    ck_assert(run_until(&loop, ready_or_closed, &c_late, 5000));
+    ck_assert(run_until(&loop, ready_or_closed, &c_new2, 5000));
+    ck_assert_int_eq(c_late.ready, 0);
+    ck_assert_int_eq(c_late.last_status, TD_EAUTH);
+    ck_assert_int_eq(c_new2.ready, 1);
+    /* the connections made before the swap are still up */
+    ck_assert_int_eq(c_old.closes, 0);
+    ck_assert_ptr_nonnull(td_rpc_client_conn(cl_old));
+    ck_assert_int_eq(td_rpc_server_set_secrets(s, NULL, 0, NULL, 0), TD_EAUTH);
+    td_rpc_client_stop(cl_old);
+    td_rpc_client_stop(cl_new);
+    td_rpc_client_stop(cl_late);
+    td_rpc_client_stop(cl_new2);
     td_rpc_server_close(s);
     drain(&loop);
 }
@@ -374,7 +438,91 @@ START_TEST(test_reconnect_backoff)
     cli.ready = 0;
     ck_assert_int_eq(td_rpc_server_start(&loop, addr, &so, &s), 0);
     ck_assert(run_until(&loop, ready_cond, &r, 8000));
+    /* a router down for a while (the backoff has grown to its cap) is found again within about
+     * a second of listening: the cap is 1 s, not the 5 s that left workers away after a router
+     * restart */
+    td_rpc_server_close(s);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    cli.ready = 0;
+    uint64_t end = td_now_ns() + 3000000000ull;
+    while (td_now_ns() < end) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(1000);
+    }
+    ck_assert_int_eq(cli.ready, 0);
+    ck_assert_int_eq(td_rpc_server_start(&loop, addr, &so, &s), 0);
+    uint64_t t0 = td_now_ns();
+    ck_assert(run_until(&loop, ready_cond, &r, 8000));
+    double dt = (double)(td_now_ns() - t0) / 1e9;
+    ck_assert_msg(dt < 1.5, "reconnected %.2f s after the router listened again", dt);
     td_rpc_client_stop(cl);
+    td_rpc_server_close(s);
+    drain(&loop);
+}
+END_TEST
+
+static void send_heartbeats(td_rpc_conn_t *c, uint64_t from, uint64_t to)
+{
+    Tandem__Load load = TANDEM__LOAD__INIT;
+    Tandem__Heartbeat hb = TANDEM__HEARTBEAT__INIT;
+    hb.load = &load;
+    Tandem__Frame f = TANDEM__FRAME__INIT;
+    f.body_case = TANDEM__FRAME__BODY_HEARTBEAT;
+    f.heartbeat = &hb;
+    for (hb.seq = from; hb.seq <= to; hb.seq++)
+        ck_assert_int_eq(td_rpc_send(c, &f), 0);
+}
+
+typedef struct count_wait {
+    side_t *s;
+    int hbs, closes;
+} count_wait_t;
+
+static bool count_cond(void *a)
+{
+    count_wait_t *w = a;
+    return w->s->hbs >= w->hbs && w->s->closes >= w->closes;
+}
+
+/* Frames sent in one loop iteration are gathered and written together: a burst of 40,000 (past
+ * the 256 KiB at which a burst is written without waiting) arrives whole and in order; bytes sent
+ * and not yet written count in the write queue; frames sent right before a close are written
+ * before it. */
+START_TEST(test_send_burst_order_and_close)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    side_t srv = {0}, cli = {0};
+    td_rpc_opts_t so = opts_for(&srv, SECRET, NULL), co = opts_for(&cli, SECRET, "decode-9");
+    td_rpc_server_t *s;
+    ck_assert_int_eq(td_rpc_server_start(&loop, "127.0.0.1:0", &so, &s), 0);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", td_rpc_server_port(s));
+    td_rpc_client_t *cl;
+    ck_assert_int_eq(td_rpc_client_start(&loop, addr, &co, false, &cl), 0);
+    pair_t p = {&srv, &cli, 1, 1, 0, 0, 0};
+    ck_assert(run_until(&loop, pair_cond, &p, 5000));
+    td_rpc_conn_t *c = td_rpc_client_conn(cl);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_uint_eq(td_rpc_conn_write_queue(c), 0);
+    send_heartbeats(c, 1, 3);
+    ck_assert_uint_gt(td_rpc_conn_write_queue(c), 0); /* gathered, not yet written */
+    count_wait_t w = {&srv, 3, 0};
+    ck_assert(run_until(&loop, count_cond, &w, 5000));
+    ck_assert_uint_eq(td_rpc_conn_write_queue(c), 0);
+    send_heartbeats(c, 4, 40000);
+    w.hbs = 40000;
+    ck_assert(run_until(&loop, count_cond, &w, 10000));
+    ck_assert(!srv.disorder);
+    ck_assert_uint_eq(srv.last_seq, 40000);
+    /* sent, then the client leaves in the same iteration: the frames still arrive */
+    send_heartbeats(c, 40001, 40010);
+    td_rpc_client_stop(cl);
+    w.hbs = 40010;
+    w.closes = 1;
+    ck_assert(run_until(&loop, count_cond, &w, 5000));
+    ck_assert_int_eq(srv.hbs, 40010);
+    ck_assert(!srv.disorder);
     td_rpc_server_close(s);
     drain(&loop);
 }
@@ -428,11 +576,13 @@ int main(void)
     tcase_add_test(tc, test_roundtrip_tcp);
     tcase_add_test(tc, test_roundtrip_unix);
     tcase_add_test(tc, test_wrong_secret);
+    tcase_add_test(tc, test_secret_rotation);
     tcase_add_test(tc, test_no_secret_refused);
     tcase_add_test(tc, test_bad_peers_do_not_disturb_others);
     tcase_add_test(tc, test_bad_peer_statuses);
     tcase_add_test(tc, test_reconnect_backoff);
     tcase_add_test(tc, test_secret_load);
+    tcase_add_test(tc, test_send_burst_order_and_close);
     suite_add_tcase(su, tc);
     return td_check_run(su);
 }

@@ -60,6 +60,8 @@ static inline void fx_start(fx_t *x)
     rt->cfg.heartbeat_timeout_s = 1.0;
     rt->cfg.max_waiting = 8;
     rt->cfg.local_prefill_tokens = 64;
+    rt->cfg.migrate_attempts = 1; /* migration off (tests turn it on), one retry before a token */
+    rt->cfg.no_worker_wait_s = 600;
     rt->secret = (uint8_t *)FX_SECRET;
     rt->secret_len = strlen(FX_SECRET);
     rt->max_ctx = 4096;
@@ -141,6 +143,9 @@ typedef struct fw {
     int decode_tasks, prefill_tasks;
     uint64_t task_id;       /* request id of the last task */
     int32_t task_first;     /* first prompt token of the last task */
+    size_t task_n_tokens;   /* tokens of the last DecodeTask (prompt plus resumed ones) */
+    int32_t task_last;      /* its last token */
+    uint32_t task_generated; /* its `generated` (migration) */
     int32_t firsts[8];      /* first prompt token of each DecodeTask, in arrival order */
     uint64_t cancel_ids[8]; /* [cancels] */
     int cancels;
@@ -183,6 +188,9 @@ static inline void fw_decode_task(fw_t *w, const Tandem__DecodeTask *t)
     w->decode_tasks++;
     w->task_id = t->request_id;
     w->task_first = t->n_tokens ? t->tokens[0] : -1;
+    w->task_n_tokens = t->n_tokens;
+    w->task_last = t->n_tokens ? t->tokens[t->n_tokens - 1] : -1;
+    w->task_generated = t->generated;
     if (w->decode_tasks <= 8)
         w->firsts[w->decode_tasks - 1] = w->task_first;
     Tandem__Frame f = TANDEM__FRAME__INIT;
@@ -333,6 +341,7 @@ typedef struct rec {
     bool done, failed;
     int status, code;
     char msg[512];
+    void *ud; /* the test's (set after rec_start) */
 } rec_t;
 
 static inline void rec_token(td_job_t *j, int idx, int32_t id, const Tandem__TokenLogprob *lp,

@@ -247,6 +247,41 @@ START_TEST(test_every_truncation_fails_cleanly)
 }
 END_TEST
 
+/* A number beyond 64 bits (json-c saturates it) is refused naming the field and echoing the
+ * value as the client wrote it, in every API. */
+START_TEST(test_huge_numbers_echoed)
+{
+    struct {
+        td_api_kind_t kind;
+        const char *body, *param, *says;
+    } cases[] = {
+        {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"max_tokens\":18446744073709551616}",
+         "max_tokens", "got 18446744073709551616"},
+        {TD_API_CHAT,
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"\\\"max_tokens\\\": 3\"}],"
+         "\"max_tokens\" :\n 99999999999999999999999}",
+         "max_tokens", "got 99999999999999999999999"},
+        {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                      "\"max_completion_tokens\":18446744073709551616}",
+         "max_completion_tokens", "got 18446744073709551616"},
+        {TD_API_MESSAGES, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                          "\"max_tokens\":-18446744073709551616}",
+         "max_tokens", "got -18446744073709551616"},
+        {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"max_tokens\":4294967296}", "max_tokens",
+         "got 4294967296"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        td_api_request_t r;
+        const char *param = NULL;
+        ck_assert_int_eq(parse(cases[i].kind, cases[i].body, &r, &param), TD_EINVAL);
+        ck_assert_msg(param && strcmp(param, cases[i].param) == 0, "case %zu: param %s", i,
+                      param ? param : "(null)");
+        ck_assert_msg(strstr(td_err_msg(), cases[i].says) != NULL, "case %zu: %s", i,
+                      td_err_msg());
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("api");
@@ -259,6 +294,7 @@ int main(void)
     tcase_add_test(tc, test_chat);
     tcase_add_test(tc, test_anthropic);
     tcase_add_test(tc, test_every_truncation_fails_cleanly);
+    tcase_add_test(tc, test_huge_numbers_echoed);
     suite_add_tcase(s, tc);
     return td_check_run(s);
 }

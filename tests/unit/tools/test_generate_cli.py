@@ -80,6 +80,17 @@ text_ids = [l.split(":", 1)[1].strip() for l in r.stdout.splitlines() if l.start
 check("text mode agrees", text_ids == [",".join(map(str, out["ids"]))], (text_ids, out["ids"]))
 check("text mode finish", "finish: length" in r.stdout.splitlines(), r.stdout)
 
+# text mode with --logprobs 0: one line per generated token with its logprob and no alternatives,
+# and the logprobs are the --json ones (printed to 4 decimals)
+r = run("generate", model, "--prompt", "Hello world", "--max-tokens", "6", "--ignore-eos",
+        "--logprobs", "0")
+tok_lines = [l for l in r.stdout.splitlines() if l.startswith("token ")]
+check("--logprobs 0 prints a line per token", len(tok_lines) == 6, r.stdout)
+check("--logprobs 0: no alternatives", all(l.endswith(" top:") for l in tok_lines), tok_lines)
+check("--logprobs 0: the --json logprobs",
+      [(int(l.split()[1]), round(float(l.split()[3]), 4)) for l in tok_lines] ==
+      [(x["id"], round(x["logprob"], 4)) for x in lp], (tok_lines, lp))
+
 # ids prompt, seeded sampling, no --logprobs: logprobs still given, no alternatives
 out, _ = gen_json("--prompt-ids", ",".join(map(str, want_prompt)), "--max-tokens", "4",
                   "--temperature", "0.8", "--seed", "7", "--ignore-eos")

@@ -59,6 +59,16 @@ START_TEST(test_parse)
     ck_assert_int_eq(td_modelgen_parse_preset("bench", &p), 0);
     ck_assert_int_eq(p, TD_MODELGEN_BENCH);
     ck_assert_int_eq(td_modelgen_parse_preset("huge", &p), TD_EINVAL);
+    ck_assert_int_eq(td_modelgen_parse_preset("dsv2lite", &p), 0);
+    ck_assert_int_eq(p, TD_MODELGEN_DSV2LITE);
+    /* the shape presets belong to one architecture each */
+    td_modelgen_opts_t bad = {
+        .arch = TD_MODELGEN_QWEN3, .preset = TD_MODELGEN_LLAMA8B, .out_dir = "/nonexistent/x"};
+    ck_assert_int_eq(td_modelgen_write(&bad, NULL), TD_EINVAL);
+    ck_assert(strstr(td_err_msg(), "llama8b") != NULL);
+    bad.arch = TD_MODELGEN_LLAMA;
+    bad.preset = TD_MODELGEN_DSV2LITE;
+    ck_assert_int_eq(td_modelgen_write(&bad, NULL), TD_EINVAL);
     ck_assert_int_eq(td_modelgen_parse_dtype("bf16", &d), 0);
     ck_assert_int_eq(d, TD_MODELGEN_BF16);
     ck_assert_int_eq(td_modelgen_parse_dtype("q8_0", &d), 0);

@@ -1,7 +1,8 @@
 /* test_sched.c: the worker's scheduler (common/worker/sched.c) on a real KV pool with real
  * sequences: the token budget, prefill chunking, and which sequence a full pool preempts. The
  * steps themselves are not run: each test applies a step's effect on the cache by hand (every
- * scheduled sequence stores its tokens), as the engine would. */
+ * scheduled sequence stores its tokens), as the engine would. Also where the sequence table's
+ * resume of a migrated sequence puts it (td_wk_seq_resume). */
 #include "td_check.h"
 #include "td_error.h"
 #include "td_worker.h"
@@ -229,6 +230,60 @@ START_TEST(test_prompt_never_fits)
 }
 END_TEST
 
+/* A task that resumes a migrated sequence (td_wk_seq_resume): its sampler starts at the position
+ * after the generated tokens (seeded stream and max_tokens count), max_tokens stays the first
+ * attempt's (the room after the request's own prompt, not after prompt + generated), usage counts
+ * the generated tokens as completion tokens, and a resume with nothing left is refused. */
+START_TEST(test_resume_position)
+{
+    td_worker_t *w = worker(64, 256, 64);
+    model.cfg.max_ctx = 30;
+    Tandem__Sampling sp = TANDEM__SAMPLING__INIT;
+    sp.temperature = 0.8f;
+    sp.top_p = 1;
+    sp.seed = 77;
+    sp.max_tokens = 0; /* the rest of the context */
+    sp.logprobs = -1;
+    int32_t toks[12];
+    for (int i = 0; i < 12; i++)
+        toks[i] = i;
+    int code;
+    /* prompt of 8 plus 4 generated: 30 - 8 = 22 tokens in all, 4 of them done */
+    td_wk_seq_t *s = td_wk_seq_new(w, NULL, 1, toks, 12, &sp, NULL, &code);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(s->smp.p.max_tokens, 18); /* what seq_new alone would keep */
+    ck_assert_int_eq(td_wk_seq_resume(w, s, 4, &sp), 0);
+    ck_assert_int_eq(s->smp.p.max_tokens, 22);
+    ck_assert_int_eq(s->smp.n_generated, 4);
+    td_sampler_t ref;
+    td_sampling_t p = s->smp.p;
+    ck_assert_int_eq(td_sampler_init(&ref, &p, 100), 0);
+    for (int i = 0; i < 4; i++)
+        (void)td_rng_next(&ref.rng); /* four draws, as four sampled tokens took */
+    ck_assert_uint_eq(td_rng_next(&ref.rng), td_rng_next(&s->smp.rng));
+    td_sampler_free(&ref);
+    ck_assert_int_eq(td_wk_seq_push_token(s, 9), 0);
+    uint32_t pr, co, ca;
+    s->cached_tokens = 11; /* cached blocks of prompt + generated: usage counts the prompt's */
+    td_wk_seq_usage(s, &pr, &co, &ca);
+    ck_assert_uint_eq(pr, 8);
+    ck_assert_uint_eq(co, 5);
+    ck_assert_uint_eq(ca, 8);
+    /* an explicit max_tokens is kept; a resume past it, or of every token, is refused */
+    sp.max_tokens = 6;
+    td_wk_seq_t *t = td_wk_seq_new(w, NULL, 2, toks, 12, &sp, NULL, &code);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(td_wk_seq_resume(w, t, 4, &sp), 0);
+    ck_assert_int_eq(t->smp.p.max_tokens, 6);
+    td_wk_seq_t *u = td_wk_seq_new(w, NULL, 3, toks, 12, &sp, NULL, &code);
+    ck_assert_int_eq(td_wk_seq_resume(w, u, 6, &sp), TD_EINVAL);
+    ck_assert_int_eq(td_wk_seq_resume(w, u, 12, &sp), TD_EINVAL);
+    ck_assert_int_eq(td_wk_seq_resume(w, u, 0, &sp), 0); /* not a resume */
+    ck_assert_int_eq(u->n_resumed, 0);
+    worker_free(w);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("sched");
@@ -239,6 +294,7 @@ int main(void)
     tcase_add_test(tc, test_preempt_self_when_newest);
     tcase_add_test(tc, test_prefill_no_deadlock);
     tcase_add_test(tc, test_prompt_never_fits);
+    tcase_add_test(tc, test_resume_position);
     suite_add_tcase(su, tc);
     return td_check_run(su);
 }
