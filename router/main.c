@@ -26,7 +26,9 @@ static const td_opt_t opts[] = {
     {"served_model_name", TD_OPT_STR, O(served_model_name), NULL,
      "model name clients use (default: the model directory's basename)", 0, 0},
     {"chat_template", TD_OPT_STR, O(chat_template), NULL,
-     "chat template family (deepseek_v3, llama3, qwen); default: detected", 0, 0},
+     "Jinja chat template file to use instead of the model's own (its tokenizer_config.json "
+     "chat_template or chat_template.jinja)",
+     0, 0},
     {"router_id", TD_OPT_STR, O(router_id), NULL,
      "this router's id in status (default: hostname:pid)", 0, 0},
     {"http.listen", TD_OPT_STR, O(http_listen), "127.0.0.1:8000", "HTTP API address (port 0: any)",
@@ -166,7 +168,7 @@ int td_router_chat_tokens(td_router_t *rt, const td_chat_msgs_t *msgs, bool add_
     td_buf_t text;
     td_buf_init(&text);
     td_chat_opts_t o = {.add_generation_prompt = add_gen, .disable_thinking = disable_thinking};
-    int rc = td_chat_render(&rt->chat, msgs->v, msgs->n, &o, &text);
+    int rc = td_chat_render(&rt->chat, msgs, &o, &text);
     if (!rc)
         rc = td_tokenizer_encode(rt->tok, text.data ? text.data : "", text.len, false, out);
     td_buf_free(&text);
@@ -366,8 +368,8 @@ static int load_model(td_router_t *rt)
     rc = td_chat_template_load(&rt->chat, path, rt->cfg.chat_template);
     if (rc == 0) {
         rt->have_chat = true;
-    } else if (rt->cfg.chat_template) {
-        return rc; /* asked for explicitly: an error */
+    } else if (rc != TD_ENOENT || rt->cfg.chat_template) {
+        return rc; /* a template that does not parse, or one asked for explicitly: an error */
     } else {
         TD_LOG_W("no chat template (%s): chat endpoints will answer 400", td_err_msg());
     }

@@ -37,7 +37,7 @@
 typedef struct td_router_cfg {
     char *model;             /* model directory (config.json, tokenizer.json, ...) */
     char *served_model_name; /* name clients use; default: the directory's basename */
-    char *chat_template;     /* chat family name, or NULL to detect from tokenizer_config */
+    char *chat_template;     /* Jinja template file overriding the model's, or NULL */
     char *router_id;         /* StatusResponse.router_id; default host:pid */
     char *http_listen;       /* "host:port" of the HTTP API */
     char *rpc_listen;        /* internal client RPC */

@@ -26,7 +26,7 @@ static void usage(FILE *out)
             "\n"
             "MODEL is a Hugging Face model directory (config.json + safetensors) or a GGUF file.\n"
             "Text prompts need the directory's tokenizer.json; chat messages also its\n"
-            "tokenizer_config.json chat template (DeepSeek-V3, Llama 3, Qwen families).\n"
+            "tokenizer_config.json chat template (any Jinja chat template).\n"
             "\n"
             "  --prompt TEXT          prompt text (encoded with the model's tokenizer)\n"
             "  --messages JSON        chat messages, OpenAI style: [{\"role\": \"user\", ...}]\n"
@@ -243,7 +243,7 @@ int td_cmd_generate(int argc, char **argv)
         if (!rc)
             rc = td_chat_msgs_parse(&msgs, a.messages, strlen(a.messages));
         if (!rc)
-            rc = td_chat_render(&tpl, msgs.v, msgs.n, &copts, &rendered);
+            rc = td_chat_render(&tpl, &msgs, &copts, &rendered);
         if (!rc)
             rc = td_tokenizer_encode(tok, rendered.data, rendered.len, false, &ptoks);
         td_buf_free(&rendered);

