@@ -3,7 +3,8 @@
  * has it, Q8_0, and llama.cpp's Q4_0, Q4_K and Q6_K blocks). Every value is the same fp32
  * expression td_mat_row_f32 computes (an exact conversion, or d * q, or d * scale * q - min in
  * the same order), so the two agree bit for bit and the matmul's summation order alone decides
- * its result. */
+ * its result. For one token, td__cpu_dot_row sums a row straight from the stored blocks in the
+ * same order, without storing it. */
 #include "cpu_impl.h"
 
 #include <string.h>

@@ -49,7 +49,8 @@ const float *td__cpu_row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t
 
 /* *out = the dot product of columns [c0, c0 + n) of row r of W with x[n], summed in the one-row
  * matmul kernel's order over the values td__cpu_row_chunk gives (so bitwise the same), without
- * storing the row: for Q8_0, and F16 where the CPU has F16C. False (nothing done) otherwise. */
+ * storing the row: Q8_0, Q4_0, Q4_K and Q6_K where the CPU has AVX2 and F16C, F16 where it has
+ * F16C. False (nothing done) otherwise. */
 bool td__cpu_dot_row(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, const float *x,
                      float *out);
 
