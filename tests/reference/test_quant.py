@@ -33,6 +33,7 @@ sys.path.insert(0, HERE)
 
 import compare_engine  # noqa: E402
 import formats  # noqa: E402
+import llamacpp_env  # noqa: E402
 import model as refmodel  # noqa: E402
 
 BUILD = os.environ.get("TD_BUILD_ROOT", "")
@@ -53,8 +54,7 @@ MOE_FLIPS = 0.25  # DeepSeek: the share of positions allowed over PROB_TOL
 
 
 def have_llamacpp():
-    return (os.path.exists(os.path.join(MODULES, "node-llama-cpp", "dist", "index.js")) and
-            shutil.which("node") is not None)
+    return llamacpp_env.missing() is None
 
 
 def softmax(x):
@@ -89,8 +89,7 @@ class QuantTest(unittest.TestCase):
         print("%-12s %-6s engine vs numpy dequantization: %s" % (arch, gtype, msg))
         self.assertTrue(ok, "%s %s: %s" % (arch, gtype, msg))
         if not have_llamacpp():
-            print("%-12s %-6s llama.cpp: SKIP (node-llama-cpp not installed under %s)" %
-                  (arch, gtype, MODULES))
+            print("%-12s %-6s llama.cpp: SKIP (%s)" % (arch, gtype, llamacpp_env.missing()))
             return
         # llama.cpp's probabilities along the engine's greedy sequence
         seq = PROMPT + engine["greedy_token_ids"][:-1]
