@@ -5,6 +5,7 @@
 #include "router.h"
 
 #include "auth.h"
+#include "toolparse.h"
 #include "http_impl.h"
 #include "td_error.h"
 #include "td_frame.h"
@@ -43,6 +44,7 @@ typedef struct hchoice {
     size_t text_len; /* bytes of text released so far */
     td_resp_finish_t finish;
     const char *stop; /* the stop string that ended it (owned by the job) */
+    td_tool_stream_t ts; /* streaming with tools: text held back while a call may follow */
 } hchoice_t;
 
 typedef struct hjob {
@@ -61,6 +63,9 @@ typedef struct hjob {
     td_buf_t out; /* stream bytes to write on the next flush */
     bool canceled;
     td_http_grant_t grant; /* what a keyed request's admission charged (http_access.c) */
+    td_tool_fmt_t tool_fmt; /* TD_TOOL_FMT_NONE: outputs are not parsed for calls */
+    char *prefill;          /* a forced call's opening, prefilled after the prompt, or NULL */
+    td_resp_blocks_t blocks;
 } hjob_t;
 
 #define MAX_SEQS (TD_API_MAX_N * 16)
@@ -99,7 +104,9 @@ static void hjob_free(hjob_t *h)
         td_buf_free(&h->ch[i].arena);
         free(h->ch[i].lp);
         free(h->ch[i].tops);
+        td_tool_stream_free(&h->ch[i].ts);
     }
+    free(h->prefill);
     free(h->ch);
     if (h->echo)
         for (size_t i = 0; i < h->api.n_prompts; i++)
@@ -233,6 +240,14 @@ static void ev_token(td_job_t *j, int idx, int32_t id, const Tandem__TokenLogpro
     c->text_len += len;
     if (!stream_open(h) || h->canceled)
         return;
+    if (h->tool_fmt != TD_TOOL_FMT_NONE) { /* held text goes out without logprobs */
+        td_buf_t rel;
+        td_buf_init(&rel);
+        if (td_tool_stream_feed(&c->ts, text, len, &rel) == 0 && rel.len)
+            td_resp_delta(&h->out, &h->ctx, idx, rel.data, rel.len, NULL);
+        td_buf_free(&rel);
+        return;
+    }
     if (with_lp) {
         td_resp_top_t *tops;
         td_resp_logprob_t *v = lp_views(c, c->n_lp - 1, c->n_lp, &tops);
@@ -280,6 +295,50 @@ static void usage_of(const hjob_t *h, td_resp_usage_t *u)
     }
 }
 
+static void random_id(char *out, size_t n, const char *prefix);
+
+/* Views of parsed calls with fresh ids; Anthropic's input must be a JSON object, so arguments
+ * that are not one become {} there (docs/api.md). `ids` holds [n][40]. */
+static void tool_views(const hjob_t *h, const td_tool_parsed_t *p, td_resp_tool_t *v,
+                       char (*ids)[40])
+{
+    for (size_t k = 0; k < p->n_calls; k++) {
+        random_id(ids[k], sizeof(ids[k]), h->api.kind == TD_API_MESSAGES ? "toolu_" : "call_");
+        const char *args = p->calls[k].arguments;
+        if (h->api.kind == TD_API_MESSAGES) {
+            json_object *o = json_tokener_parse(args);
+            if (!o || !json_object_is_type(o, json_type_object))
+                args = "{}";
+            json_object_put(o);
+        }
+        v[k] = (td_resp_tool_t){ids[k], p->calls[k].name, args};
+    }
+}
+
+/* Streaming with tools: send what the choice held back (text, then its calls); the finish
+ * reason becomes TD_RESP_TOOLS when there were calls. */
+static td_resp_finish_t flush_tools(hjob_t *h, int idx, td_resp_finish_t why)
+{
+    td_tool_parsed_t p;
+    if (td_tool_stream_end(&h->ch[idx].ts, &p) != 0)
+        return why;
+    if (p.text_len)
+        td_resp_delta(&h->out, &h->ctx, idx, p.text, p.text_len, NULL);
+    td_resp_tool_t *v = p.n_calls ? td_calloc(p.n_calls, sizeof(*v)) : NULL;
+    char(*ids)[40] = p.n_calls ? td_calloc(p.n_calls, sizeof(*ids)) : NULL;
+    if (v && ids) {
+        tool_views(h, &p, v, ids);
+        for (size_t k = 0; k < p.n_calls; k++)
+            td_resp_tool_call(&h->out, &h->ctx, idx, (int)k, &v[k]);
+        if (why != TD_RESP_ABORT)
+            why = TD_RESP_TOOLS;
+    }
+    free(v);
+    free(ids);
+    td_tool_parsed_free(&p);
+    return why;
+}
+
 static void ev_finish(td_job_t *j, int idx, td_resp_finish_t why, const char *stop)
 {
     hjob_t *h = j->ud;
@@ -293,6 +352,8 @@ static void ev_finish(td_job_t *j, int idx, td_resp_finish_t why, const char *st
                          s->completion_tokens ? s->completion_tokens : s->n_tokens,
                          s->cached_tokens};
     h->ctx.stop_sequence = stop;
+    if (h->tool_fmt != TD_TOOL_FMT_NONE)
+        why = flush_tools(h, idx, why);
     td_resp_finish(&h->out, &h->ctx, idx, why, &u);
     write_out(h);
 }
@@ -319,6 +380,9 @@ static void ev_done(td_job_t *j)
     td_resp_logprob_t *views[MAX_SEQS] = {0};
     td_resp_top_t *tops[MAX_SEQS] = {0};
     td_buf_t texts[MAX_SEQS];
+    td_tool_parsed_t parsed[MAX_SEQS];
+    td_resp_tool_t *tv[MAX_SEQS] = {0};
+    char(*tids[MAX_SEQS])[40] = {0};
     size_t n = (size_t)(h->api.n > 0 ? h->api.n : 1);
     for (size_t i = 0; i < j->n_seqs; i++) {
         const td_seq_t *s = &j->seqs[i];
@@ -336,6 +400,27 @@ static void ev_done(td_job_t *j)
         }
         ch[i] = (td_resp_choice_t){texts[i].data ? texts[i].data : "", texts[i].len,
                                    h->ch[i].finish, views[i], views[i] ? h->ch[i].n_lp : 0};
+        memset(&parsed[i], 0, sizeof(parsed[i]));
+        if (h->tool_fmt == TD_TOOL_FMT_NONE)
+            continue;
+        td_buf_t all;
+        td_buf_init(&all);
+        if (h->prefill)
+            td_buf_append_str(&all, h->prefill);
+        td_buf_append(&all, s->text.data ? s->text.data : "", s->text.len);
+        if (td_tool_parse(h->tool_fmt, all.data ? all.data : "", all.len, &parsed[i]) == 0) {
+            ch[i].text = parsed[i].text;
+            ch[i].len = parsed[i].text_len;
+            if (parsed[i].n_calls && (tv[i] = td_calloc(parsed[i].n_calls, sizeof(*tv[i]))) &&
+                (tids[i] = td_calloc(parsed[i].n_calls, sizeof(*tids[i])))) {
+                tool_views(h, &parsed[i], tv[i], tids[i]);
+                ch[i].tools = tv[i];
+                ch[i].n_tools = parsed[i].n_calls;
+                if (ch[i].finish != TD_RESP_ABORT)
+                    ch[i].finish = TD_RESP_TOOLS;
+            }
+        }
+        td_buf_free(&all);
     }
     h->ctx.stop_sequence = h->ch[0].stop;
     td_buf_t out;
@@ -350,6 +435,9 @@ static void ev_done(td_job_t *j)
         td_buf_free(&texts[i]);
         free(views[i]);
         free(tops[i]);
+        td_tool_parsed_free(&parsed[i]);
+        free(tv[i]);
+        free(tids[i]);
     }
     hjob_free(h);
 }
@@ -461,14 +549,33 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
         param = "prompt";
         goto fail;
     }
+    td_chat_opts_t copts = {
+        .add_generation_prompt = kind == TD_API_MESSAGES || h->api.add_generation_prompt,
+        .disable_thinking = h->api.disable_thinking,
+        .tools = h->api.tools,
+        .kwargs = h->api.template_kwargs,
+    };
+    if (h->api.tools && h->api.tool_choice != TD_API_TOOLS_NONE)
+        h->tool_fmt = (td_tool_fmt_t)rt->tool_fmt;
+    if (td_api_tool_forced(&h->api)) {
+        td_buf_t pf;
+        td_buf_init(&pf);
+        if (td_tool_prefill(h->tool_fmt, h->api.tool_name, &pf) != 0) {
+            td_buf_free(&pf);
+            snprintf(msg, sizeof(msg),
+                     "'tool_choice' forces a call, but this model's tool-call format is unknown "
+                     "(set the router's tool_parser)");
+            param = "tool_choice";
+            goto fail;
+        }
+        h->prefill = td_buf_steal(&pf, NULL);
+    }
     for (size_t i = 0; i < n_prompts; i++, n_toks++) {
         td_tokens_init(&toks[i]);
         if (kind == TD_API_COMPLETIONS)
             rc = prompt_tokens(rt, &h->api.prompts[i], &toks[i]);
         else
-            rc = td_router_chat_tokens(rt, &h->api.msgs,
-                                       kind == TD_API_MESSAGES || h->api.add_generation_prompt,
-                                       h->api.disable_thinking, &toks[i]);
+            rc = td_router_chat_render(rt, &h->api.msgs, &copts, h->prefill, &toks[i]);
         if (rc) {
             snprintf(msg, sizeof(msg), "%s", td_err_msg());
             param = kind == TD_API_COMPLETIONS ? "prompt" : "messages";
@@ -514,9 +621,19 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
         status = 500;
         goto fail;
     }
-    for (size_t i = 0; i < h->n_seqs; i++)
-        td_buf_init(&h->ch[i].arena);
     td_job_t *j = h->job;
+    for (size_t i = 0; i < h->n_seqs; i++) {
+        td_buf_init(&h->ch[i].arena);
+        if (h->tool_fmt != TD_TOOL_FMT_NONE) {
+            if (td_tool_stream_init(&h->ch[i].ts, h->tool_fmt, h->prefill) != 0) {
+                snprintf(msg, sizeof(msg), "out of memory");
+                status = 500;
+                goto fail;
+            }
+            if (td_tool_fmt_needs_special(h->tool_fmt)) /* the markers are special tokens */
+                td_detok_init(&j->seqs[i].detok, false);
+        }
+    }
     td_api_sampling(&h->api, &j->sp);
     size_t shortest_room = (size_t)rt->max_ctx - longest;
     j->sp.max_tokens = h->api.max_tokens > 0 ? (int32_t)h->api.max_tokens : (int32_t)shortest_room;
@@ -581,6 +698,7 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
     h->ctx.logprobs = h->api.logprobs;
     h->ctx.prompt_tokens = (int64_t)toks[0].len;
     h->ctx.role_sent = h->role_sent;
+    h->ctx.blocks = &h->blocks;
     for (size_t i = 0; i < n_toks; i++)
         td_tokens_free(&toks[i]);
     n_toks = 0;

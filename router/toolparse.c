@@ -470,3 +470,47 @@ size_t td_tool_holdback(td_tool_fmt_t f, const char *s, size_t len)
             return k;
     return 0;
 }
+
+/* ---- streaming ----------------------------------------------------------------------------- */
+
+int td_tool_stream_init(td_tool_stream_t *s, td_tool_fmt_t f, const char *prefill)
+{
+    memset(s, 0, sizeof(*s));
+    s->fmt = f;
+    td_buf_init(&s->held);
+    s->in_call = prefill != NULL || f == TD_TOOL_FMT_HARMONY;
+    return prefill ? td_buf_append_str(&s->held, prefill) : 0;
+}
+
+int td_tool_stream_feed(td_tool_stream_t *s, const char *text, size_t len, td_buf_t *release)
+{
+    int rc = td_buf_append(&s->held, text, len);
+    if (rc || s->in_call || !s->held.len)
+        return rc;
+    size_t k = td_tool_find_start(s->fmt, s->held.data, s->held.len);
+    size_t out;
+    if (k < s->held.len) {
+        s->in_call = true;
+        out = k;
+    } else {
+        out = s->held.len - td_tool_holdback(s->fmt, s->held.data, s->held.len);
+    }
+    if (!out)
+        return 0;
+    if ((rc = td_buf_append(release, s->held.data, out)))
+        return rc;
+    memmove(s->held.data, s->held.data + out, s->held.len - out);
+    s->held.len -= out;
+    s->held.data[s->held.len] = '\0';
+    return 0;
+}
+
+int td_tool_stream_end(td_tool_stream_t *s, td_tool_parsed_t *out)
+{
+    return td_tool_parse(s->fmt, s->held.data ? s->held.data : "", s->held.len, out);
+}
+
+void td_tool_stream_free(td_tool_stream_t *s)
+{
+    td_buf_free(&s->held);
+}

@@ -78,4 +78,23 @@ size_t td_tool_holdback(td_tool_fmt_t f, const char *s, size_t len);
 /* Offset of the first call opening marker in s, or len when there is none. */
 size_t td_tool_find_start(td_tool_fmt_t f, const char *s, size_t len);
 
+
+
+/* Streaming: what part of a choice's text can go out as content while calls may follow. Text
+ * before a call's opening marker is released; from the marker on (or from the start, for a
+ * forced call, which begins with the prefill, and for gpt-oss, whose text is a channel's) it is
+ * held and parsed at the end. */
+typedef struct td_tool_stream {
+    td_tool_fmt_t fmt;
+    td_buf_t held;  /* text not released yet */
+    bool in_call;   /* held text begins a call (everything from here on is held) */
+} td_tool_stream_t;
+
+/* prefill: the forced call's opening (td_tool_prefill), or NULL. 0 or TD_ENOMEM. */
+int td_tool_stream_init(td_tool_stream_t *s, td_tool_fmt_t f, const char *prefill);
+/* Feed generated text; append to `release` what is now safe to send as content. */
+int td_tool_stream_feed(td_tool_stream_t *s, const char *text, size_t len, td_buf_t *release);
+/* End: parse what was held into `out` (its text is the rest of the content to send). */
+int td_tool_stream_end(td_tool_stream_t *s, td_tool_parsed_t *out);
+void td_tool_stream_free(td_tool_stream_t *s);
 #endif

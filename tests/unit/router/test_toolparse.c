@@ -191,6 +191,54 @@ START_TEST(test_holdback_names)
 }
 END_TEST
 
+START_TEST(test_stream)
+{
+    /* fed one byte at a time: text before the marker goes out, never a byte of the marker */
+    const char *out = "Hi <b> there<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+    td_tool_stream_t s;
+    ck_assert_int_eq(td_tool_stream_init(&s, TD_TOOL_FMT_QWEN3, NULL), 0);
+    td_buf_t rel;
+    td_buf_init(&rel);
+    for (size_t i = 0; out[i]; i++) {
+        ck_assert_int_eq(td_tool_stream_feed(&s, out + i, 1, &rel), 0);
+        ck_assert(rel.len <= 12);
+    }
+    ck_assert_str_eq(rel.data, "Hi <b> there");
+    td_tool_parsed_t p;
+    ck_assert_int_eq(td_tool_stream_end(&s, &p), 0);
+    ck_assert_str_eq(p.text, "");
+    ck_assert_uint_eq(p.n_calls, 1);
+    ck_assert_str_eq(p.calls[0].name, "f");
+    td_tool_parsed_free(&p);
+    td_tool_stream_free(&s);
+    /* a held prefix that turns out not to be a marker is released at the end */
+    td_buf_reset(&rel);
+    ck_assert_int_eq(td_tool_stream_init(&s, TD_TOOL_FMT_QWEN3, NULL), 0);
+    ck_assert_int_eq(td_tool_stream_feed(&s, "a<tool", 6, &rel), 0);
+    ck_assert_str_eq(rel.data, "a");
+    ck_assert_int_eq(td_tool_stream_end(&s, &p), 0);
+    ck_assert_str_eq(p.text, "<tool");
+    td_tool_parsed_free(&p);
+    td_tool_stream_free(&s);
+    /* forced: everything is held, the prefill first */
+    td_buf_reset(&rel);
+    td_buf_t pf;
+    td_buf_init(&pf);
+    td_tool_prefill(TD_TOOL_FMT_LLAMA3, "g", &pf);
+    ck_assert_int_eq(td_tool_stream_init(&s, TD_TOOL_FMT_LLAMA3, pf.data), 0);
+    ck_assert_int_eq(td_tool_stream_feed(&s, "{\"k\": 2}}", 9, &rel), 0);
+    ck_assert_uint_eq(rel.len, 0);
+    ck_assert_int_eq(td_tool_stream_end(&s, &p), 0);
+    ck_assert_uint_eq(p.n_calls, 1);
+    ck_assert_str_eq(p.calls[0].name, "g");
+    ck_assert_str_eq(p.calls[0].arguments, "{\"k\":2}");
+    td_tool_parsed_free(&p);
+    td_tool_stream_free(&s);
+    td_buf_free(&pf);
+    td_buf_free(&rel);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("toolparse");
@@ -201,6 +249,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_harmony);
     tcase_add_test(tc, test_prefill_roundtrip);
     tcase_add_test(tc, test_holdback_names);
+    tcase_add_test(tc, test_stream);
     suite_add_tcase(s, tc);
     return s;
 }
