@@ -461,6 +461,22 @@ static int parse_messages(ctx_t *c, json_object *o, td_api_request_t *r)
     return 0;
 }
 
+/* OpenAI Responses: input items and instructions become messages, then as chat. */
+static int parse_responses(ctx_t *c, json_object *o, td_api_request_t *r)
+{
+    int rc;
+    if ((rc = td__api_responses(c, o, r)) || (rc = parse_sampling(c, o, r, 2)) ||
+        (rc = parse_max_tokens(c, o, "max_output_tokens", r)) || (rc = get_str(c, o, "user", &r->user)))
+        return rc;
+    json_object *tx = field(o, "text");
+    json_object *fm = tx && json_object_is_type(tx, json_type_object) ? field(tx, "format") : NULL;
+    json_object *ft = fm && json_object_is_type(fm, json_type_object) ? field(fm, "type") : NULL;
+    if (fm && (!ft || !json_object_is_type(ft, json_type_string) ||
+               strcmp(json_object_get_string(ft), "text") != 0))
+        return fail(c, "text.format", TD_ENOTSUP, "only 'text.format' {\"type\": \"text\"} is supported");
+    return 0;
+}
+
 int td_api_parse_object(const char *body, size_t len, json_object **out)
 {
     *out = NULL;
@@ -515,6 +531,7 @@ int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_reques
     switch (kind) {
     case TD_API_COMPLETIONS: rc = parse_completions(&c, o, out); break;
     case TD_API_CHAT: rc = parse_chat(&c, o, out); break;
+    case TD_API_RESPONSES: rc = parse_responses(&c, o, out); break;
     default: rc = parse_messages(&c, o, out); break;
     }
     json_object_put(o);

@@ -21,6 +21,7 @@ typedef enum td_api_kind {
     TD_API_COMPLETIONS,      /* POST /v1/completions */
     TD_API_CHAT,             /* POST /v1/chat/completions */
     TD_API_MESSAGES,         /* POST /v1/messages (Anthropic) */
+    TD_API_RESPONSES,        /* POST /v1/responses (OpenAI Responses) */
 } td_api_kind_t;
 
 /* What `tool_choice` asks (OpenAI auto/none/required/{function}; Anthropic auto/none/any/tool). */

@@ -1,5 +1,6 @@
 /* api_impl.h: what the parts of the request parser (api.c: sampling, prompts, the three APIs;
- * api_tools.c: tools, tool_choice and Anthropic content blocks) share. Internal to the router. */
+ * api_tools.c: tools, tool_choice and Anthropic content blocks; api_responses.c: Responses
+ * input items) share. Internal to the router. */
 #ifndef TD_ROUTER_API_IMPL_H
 #define TD_ROUTER_API_IMPL_H
 
@@ -33,5 +34,8 @@ int td__api_tools_anthropic(td_api_ctx_t *c, json_object *o, td_api_request_t *r
  * message array (*out, the caller's). */
 int td__api_anthropic_messages(td_api_ctx_t *c, json_object *sys, json_object *msgs,
                                json_object **out);
+
+/* A Responses body's input, instructions, tools and tool_choice into r (api_responses.c). */
+int td__api_responses(td_api_ctx_t *c, json_object *o, td_api_request_t *r);
 
 #endif

@@ -66,6 +66,8 @@ typedef struct hjob {
     td_tool_fmt_t tool_fmt; /* TD_TOOL_FMT_NONE: outputs are not parsed for calls */
     char *prefill;          /* a forced call's opening, prefilled after the prompt, or NULL */
     td_resp_blocks_t blocks;
+    td_resp_rstate_t rs; /* Responses API stream state */
+    char msg_id[64];     /* Responses: the message item's id */
 } hjob_t;
 
 #define MAX_SEQS (TD_API_MAX_N * 16)
@@ -101,6 +103,7 @@ static void hjob_free(hjob_t *h)
         td_tool_stream_free(&h->ch[i].ts);
     }
     free(h->prefill);
+    td_resp_rstate_free(&h->rs);
     free(h->ch);
     if (h->echo)
         for (size_t i = 0; i < h->api.n_prompts; i++)
@@ -572,7 +575,9 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
             rc = td_router_chat_render(rt, &h->api.msgs, &copts, h->prefill, &toks[i]);
         if (rc) {
             snprintf(msg, sizeof(msg), "%s", td_err_msg());
-            param = kind == TD_API_COMPLETIONS ? "prompt" : "messages";
+            param = kind == TD_API_COMPLETIONS  ? "prompt"
+                    : kind == TD_API_RESPONSES ? "input"
+                                               : "messages";
             n_toks++;
             goto fail;
         }
@@ -587,7 +592,9 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
     size_t longest = 0;
     for (size_t i = 0; i < n_prompts; i++)
         longest = TD_MAX(longest, toks[i].len);
-    const char *what = kind == TD_API_COMPLETIONS ? "prompt" : "messages";
+    const char *what = kind == TD_API_COMPLETIONS  ? "prompt"
+                       : kind == TD_API_RESPONSES ? "input"
+                                                  : "messages";
     if (longest >= (size_t)rt->max_ctx ||
         (h->api.max_tokens > 0 && longest + (uint64_t)h->api.max_tokens > (uint64_t)rt->max_ctx)) {
         if (h->api.max_tokens > 0)
@@ -677,15 +684,18 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
         }
     }
     /* the response context */
-    random_id(h->id, sizeof(h->id),
-              kind == TD_API_CHAT       ? "chatcmpl-"
-              : kind == TD_API_MESSAGES ? "msg_"
-                                        : "cmpl-");
+    static const char *const id_prefix[] = {"cmpl-", "chatcmpl-", "msg_", "resp_"};
+    static const char *const front[] = {"completions", "chat", "messages", "responses"};
+    random_id(h->id, sizeof(h->id), id_prefix[kind]);
     h->ctx.kind = kind;
     h->ctx.id = h->id;
-    td_job_set_client(j, kind == TD_API_CHAT ? "chat" : kind == TD_API_MESSAGES ? "messages"
-                                                                                : "completions",
-                      h->id, (size_t)n);
+    td_job_set_client(j, front[kind], h->id, (size_t)n);
+    if (kind == TD_API_RESPONSES) {
+        random_id(h->msg_id, sizeof(h->msg_id), "msg_");
+        h->rs.msg_id = h->msg_id;
+        h->ctx.rs = &h->rs;
+        h->ctx.max_output_tokens = h->api.max_tokens;
+    }
     h->ctx.model = rt->model_name;
     h->ctx.created = (int64_t)time(NULL);
     h->ctx.include_usage = h->api.include_usage;
@@ -727,6 +737,11 @@ static void h_chat(td_http_req_t *r, void *ud)
     handle_generate(ud, r, TD_API_CHAT);
 }
 
+static void h_responses(td_http_req_t *r, void *ud)
+{
+    handle_generate(ud, r, TD_API_RESPONSES);
+}
+
 static void h_messages(td_http_req_t *r, void *ud)
 {
     handle_generate(ud, r, TD_API_MESSAGES);
@@ -747,6 +762,7 @@ int td_http_api_start(td_router_t *rt)
         {"/v1/completions", h_completions, false},
         {"/v1/chat/completions", h_chat, false},
         {"/v1/messages", h_messages, false},
+        {"/v1/responses", h_responses, false},
         {"/v1/models", td__http_models, false},
         {"/tokenize", td__http_tokenize, false},
         {"/detokenize", td__http_detokenize, false},

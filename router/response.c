@@ -1,6 +1,7 @@
 /* response.c: OpenAI and Anthropic response bodies and SSE framing, hand-formatted (one token per
  * chunk makes this a hot path; json-c objects per token would dominate it). */
 #include "response.h"
+#include "response_impl.h"
 #include "td_error.h"
 
 #include <inttypes.h>
@@ -207,6 +208,8 @@ static int anthropic_start(td_buf_t *b, const td_resp_ctx_t *c)
 int td_resp_delta(td_buf_t *out, const td_resp_ctx_t *c, int index, const char *text, size_t len,
                   const td_resp_logprob_t *lp)
 {
+    if (c->kind == TD_API_RESPONSES)
+        return td__resp_r_delta(out, c, text, len);
     if (c->kind == TD_API_MESSAGES) {
         TRY(anthropic_start(out, c));
         if (!len)
@@ -252,6 +255,8 @@ int td_resp_tool_call(td_buf_t *out, const td_resp_ctx_t *c, int index, int k,
                       const td_resp_tool_t *t)
 {
     const char *args = t->arguments ? t->arguments : "";
+    if (c->kind == TD_API_RESPONSES)
+        return td__resp_r_tool(out, c, t);
     if (c->kind == TD_API_MESSAGES) {
         TRY(anthropic_start(out, c));
         if (c->blocks && !c->blocks->text_closed) {
@@ -306,6 +311,8 @@ int td_resp_tool_call(td_buf_t *out, const td_resp_ctx_t *c, int index, int k,
 int td_resp_finish(td_buf_t *out, const td_resp_ctx_t *c, int index, td_resp_finish_t why,
                    const td_resp_usage_t *usage)
 {
+    if (c->kind == TD_API_RESPONSES)
+        return td__resp_r_finish(out, c, why);
     if (c->kind == TD_API_MESSAGES) {
         TRY(anthropic_start(out, c));
         if (!c->blocks || !c->blocks->text_closed) {
@@ -332,6 +339,8 @@ int td_resp_finish(td_buf_t *out, const td_resp_ctx_t *c, int index, td_resp_fin
 
 int td_resp_done(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_usage_t *usage)
 {
+    if (c->kind == TD_API_RESPONSES)
+        return td__resp_r_done(out, c, usage);
     if (c->kind == TD_API_MESSAGES) {
         TRY(anthropic_event(out, "message_stop"));
         return td_buf_append_str(out, "{\"type\":\"message_stop\"}\n\n");
@@ -348,6 +357,8 @@ int td_resp_done(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_usage_t *u
 int td_resp_stream_error(td_buf_t *out, const td_resp_ctx_t *c, const char *type,
                          const char *message)
 {
+    if (c->kind == TD_API_RESPONSES)
+        return td__resp_r_error(out, c, type, message);
     if (c->kind == TD_API_MESSAGES) {
         TRY(anthropic_event(out, "error"));
         TRY(td_buf_append_str(out, "{\"type\":\"error\",\"error\":{\"type\":"));
@@ -370,6 +381,8 @@ int td_resp_full(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_choice_t *
     static const td_resp_usage_t zero;
     if (!usage)
         usage = &zero;
+    if (c->kind == TD_API_RESPONSES)
+        return n ? td__resp_r_full(out, c, &choices[0], usage) : TD_EINVAL;
     if (c->kind == TD_API_MESSAGES) {
         TRY(td_buf_append_str(out, "{\"id\":"));
         TRY(json_cstr(out, c->id));

@@ -68,6 +68,20 @@ typedef struct td_resp_logprob {
     size_t bytes_len;
 } td_resp_logprob_t;
 
+/* Responses API stream state (caller-owned, zeroed; td_resp_rstate_free). */
+typedef struct td_resp_rstate {
+    int64_t seq;       /* sequence_number of the next event */
+    bool started;      /* response.created / in_progress sent */
+    bool msg_open;     /* the message item is open (its text part streaming) */
+    int n_items;       /* output items so far */
+    td_buf_t text;     /* the open message's text so far */
+    td_buf_t items;    /* the finished output items' JSON, comma-joined */
+    td_resp_finish_t finish;
+    const char *msg_id; /* "msg_..." (caller-owned) */
+} td_resp_rstate_t;
+
+void td_resp_rstate_free(td_resp_rstate_t *s);
+
 /* What every chunk of one response repeats. */
 typedef struct td_resp_ctx {
     td_api_kind_t kind;
@@ -81,6 +95,8 @@ typedef struct td_resp_ctx {
                             * zeroed); for Anthropic [0] means message_start was sent */
     const char *stop_sequence; /* Anthropic: the stop string that ended the message, or NULL */
     td_resp_blocks_t *blocks;  /* Anthropic streams with tool calls; NULL: text only */
+    td_resp_rstate_t *rs;      /* Responses: stream state (also used by td_resp_full) */
+    int64_t max_output_tokens; /* Responses: echoed in the response object; <0: null */
 } td_resp_ctx_t;
 
 /* Streaming: one token's text for choice `index` (text may be empty when a token completes no

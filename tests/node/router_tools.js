@@ -154,6 +154,77 @@ async function main() {
       assert.equal(r.content[1].name, 'get_weather');
     });
 
+    await check('responses: plain, with instructions, a function tool and a function_call_output turn', async () => {
+      const plain = await openai.responses.create({ model: 'tiny', input: 'hi', instructions: 'be brief' });
+      assert.equal(plain.object, 'response');
+      assert.match(plain.id, /^resp_/);
+      assert.equal(plain.status, 'completed');
+      assert.equal(plain.output.length, 1);
+      assert.equal(plain.output[0].type, 'message');
+      assert.match(plain.output[0].id, /^msg_/);
+      assert.equal(plain.output[0].content[0].type, 'output_text');
+      assert.equal(plain.output_text, CALL); // no tools: the call's text is text
+      assert.ok(plain.usage.input_tokens > 0);
+      assert.equal(plain.usage.total_tokens, plain.usage.input_tokens + plain.usage.output_tokens);
+      assert.equal(plain.usage.input_tokens_details.cached_tokens, 0);
+      const rtools = tools.map((x) => ({ type: 'function', ...x.function }));
+      const r = await openai.responses.create({ model: 'tiny', input: 'Weather in Paris?', tools: rtools });
+      assert.equal(r.output.length, 2);
+      assert.equal(r.output[0].type, 'message');
+      assert.equal(r.output_text, 'Let me look.');
+      const fc = r.output[1];
+      assert.equal(fc.type, 'function_call');
+      assert.match(fc.id, /^fc_/);
+      assert.match(fc.call_id, /^call_/);
+      assert.equal(fc.name, 'get_weather');
+      assert.deepEqual(JSON.parse(fc.arguments), { city: 'Paris', days: 2 });
+      const turn = await openai.responses.create({ model: 'tiny', tools: rtools, input: [
+        { role: 'user', content: 'Weather in Paris?' },
+        { type: 'function_call', call_id: fc.call_id, name: fc.name, arguments: fc.arguments },
+        { type: 'function_call_output', call_id: fc.call_id, output: 'sunny' }] });
+      assert.equal(turn.status, 'completed');
+      const cut = await openai.responses.create({ model: 'tiny', input: 'hi', max_output_tokens: 2 });
+      assert.equal(cut.status, 'incomplete');
+      assert.equal(cut.incomplete_details.reason, 'max_output_tokens');
+      assert.equal(cut.usage.output_tokens, 2);
+      await assert.rejects(openai.responses.create({ model: 'tiny', input: 'x', tools: [{ type: 'function', name: 'a b' }] }),
+        (e) => e.status === 400 && e.param === 'tools[0].name');
+      await assert.rejects(openai.responses.create({ model: 'tiny', input: [{ type: 'function_call_output', output: 'x' }] }),
+        (e) => e.status === 400 && e.param === 'input[0].call_id');
+    });
+
+    await check('responses stream: the event types in order, assembled by the client', async () => {
+      const rtools = tools.map((x) => ({ type: 'function', ...x.function }));
+      const stream = await openai.responses.create({ model: 'tiny', input: 'hi', tools: rtools, stream: true });
+      const types = [];
+      let seq = 0, text = '', args = '';
+      let done = null;
+      for await (const e of stream) {
+        assert.equal(e.sequence_number, seq++);
+        types.push(e.type);
+        if (e.type === 'response.output_text.delta') text += e.delta;
+        if (e.type === 'response.function_call_arguments.delta') args += e.delta;
+        if (e.type === 'response.completed') done = e.response;
+      }
+      assert.deepEqual(types, ['response.created', 'response.in_progress',
+        'response.output_item.added', 'response.content_part.added', 'response.output_text.delta',
+        ...types.slice(5, types.indexOf('response.output_text.done')).map(() => 'response.output_text.delta'),
+        'response.output_text.done', 'response.content_part.done', 'response.output_item.done',
+        'response.output_item.added', 'response.function_call_arguments.delta',
+        'response.function_call_arguments.done', 'response.output_item.done', 'response.completed']);
+      assert.equal(text, 'Let me look.');
+      assert.deepEqual(JSON.parse(args), { city: 'Paris', days: 2 });
+      assert.equal(done.output[1].name, 'get_weather');
+      assert.ok(done.usage.output_tokens > 0);
+      const helper = openai.responses.stream({ model: 'tiny', input: 'hi', instructions: 'be brief' });
+      let htext = '';
+      helper.on('response.output_text.delta', (e) => { htext += e.delta; });
+      const final = await helper.finalResponse();
+      assert.equal(htext, CALL);
+      assert.equal(final.output_text, CALL);
+      assert.equal(final.status, 'completed');
+    });
+
     await check('malformed tools: 400 naming the field', async () => {
       await assert.rejects(openai.chat.completions.create({ model: 'tiny', messages, tools: [
         tools[0], { type: 'function', function: { name: 'bad name' } }] }),
@@ -187,6 +258,11 @@ async function main() {
       assert.equal(am.stop_reason, 'tool_use');
       assert.equal(am.content.find((b) => b.type === 'tool_use').name, 'get_weather');
       assert.deepEqual(am.content.find((b) => b.type === 'tool_use').input, { city: 'Paris', days: 2 });
+      const rf = await openai.responses.create({ model: 'tiny', input: 'hi',
+        tools: tools.map((x) => ({ type: 'function', ...x.function })),
+        tool_choice: { type: 'function', name: 'get_weather' } });
+      assert.equal(rf.output[0].type, 'function_call');
+      assert.deepEqual(JSON.parse(rf.output[0].arguments), { city: 'Paris', days: 2 });
       const any = await anthropic.messages.create({ model: 'tiny', max_tokens: 64, messages, tools: atools,
                                                     tool_choice: { type: 'any' } });
       assert.equal(any.content.find((b) => b.type === 'tool_use').name, 'get_time');

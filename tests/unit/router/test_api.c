@@ -355,6 +355,58 @@ START_TEST(test_tools)
 }
 END_TEST
 
+START_TEST(test_responses)
+{
+    td_api_request_t r;
+    const char *param;
+    const char *body =
+        "{\"model\":\"m\",\"instructions\":\"be brief\",\"max_output_tokens\":9,\"temperature\":0.5,"
+        "\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"hi\"}]},"
+        "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call\",\"call_id\":\"c2\",\"name\":\"f\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"r1\"}],"
+        "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{}}],"
+        "\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"},\"stream\":true}";
+    ck_assert_int_eq(parse(TD_API_RESPONSES, body, &r, &param), 0);
+    ck_assert_uint_eq(r.msgs.n, 4); /* system, user, one assistant with both calls, tool */
+    ck_assert_int_eq(r.msgs.v[0].role, TD_CHAT_ROLE_SYSTEM);
+    ck_assert_str_eq(r.msgs.v[1].content, "hi");
+    ck_assert_uint_eq(r.msgs.v[2].n_tool_calls, 2);
+    ck_assert_int_eq(r.msgs.v[3].role, TD_CHAT_ROLE_TOOL);
+    ck_assert_int_eq(r.max_tokens, 9);
+    ck_assert(r.stream && r.temperature == 0.5);
+    ck_assert_int_eq(r.tool_choice, TD_API_TOOLS_NAMED);
+    ck_assert_str_eq(r.tool_name, "f");
+    td_api_request_free(&r);
+    ck_assert_int_eq(parse(TD_API_RESPONSES, "{\"input\":\"hi\"}", &r, &param), 0);
+    ck_assert_uint_eq(r.msgs.n, 1);
+    td_api_request_free(&r);
+    static const struct {
+        const char *body, *param;
+    } bad[] = {
+        {"{}", "input"},
+        {"{\"input\":[]}", "input"},
+        {"{\"input\":3}", "input"},
+        {"{\"input\":\"x\",\"instructions\":1}", "instructions"},
+        {"{\"input\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "input[0].role"},
+        {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\"}]}]}", "input[0].content[0]"},
+        {"{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\"}]}", "input[0].arguments"},
+        {"{\"input\":[{\"type\":\"reasoning\"}]}", "input[0].type"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0].type"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\"}]}", "tools[0].name"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":1}]}", "tools[0].parameters"},
+        {"{\"input\":\"x\",\"tool_choice\":\"required\"}", "tool_choice"},
+        {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_object\"}}}", "text.format"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = parse(TD_API_RESPONSES, bad[i].body, &r, &param);
+        ck_assert_msg(rc != 0 && param && strcmp(param, bad[i].param) == 0,
+                      "case %zu: rc %d param %s (%s)", i, rc, param ? param : "(null)", td_err_msg());
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("api");
@@ -367,6 +419,7 @@ int main(void)
     tcase_add_test(tc, test_chat);
     tcase_add_test(tc, test_anthropic);
     tcase_add_test(tc, test_tools);
+    tcase_add_test(tc, test_responses);
     tcase_add_test(tc, test_every_truncation_fails_cleanly);
     tcase_add_test(tc, test_huge_numbers_echoed);
     suite_add_tcase(s, tc);
