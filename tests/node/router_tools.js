@@ -106,7 +106,7 @@ async function main() {
     });
 
     await check('chat stream: deltas assembled by the client\'s stream helper', async () => {
-      const runner = openai.beta.chat.completions.stream({ model: 'tiny', messages, tools });
+      const runner = openai.chat.completions.stream({ model: 'tiny', messages, tools });
       const final = await runner.finalChatCompletion();
       const msg = final.choices[0].message;
       assert.equal(final.choices[0].finish_reason, 'tool_calls');
@@ -247,7 +247,7 @@ async function main() {
       assert.deepEqual(JSON.parse(msg.tool_calls[0].function.arguments), { city: 'Paris', days: 2 });
       const req = await openai.chat.completions.create({ model: 'tiny', messages, tools, tool_choice: 'required' });
       assert.equal(req.choices[0].message.tool_calls[0].function.name, 'get_time'); // the first tool
-      const runner = openai.beta.chat.completions.stream({ model: 'tiny', messages, tools,
+      const runner = openai.chat.completions.stream({ model: 'tiny', messages, tools,
         tool_choice: { type: 'function', function: { name: 'get_weather' } } });
       const final = await runner.finalChatCompletion();
       assert.deepEqual(JSON.parse(final.choices[0].message.tool_calls[0].function.arguments),
