@@ -63,10 +63,12 @@ static const char *first_tool(json_object *tools)
     return json_object_get_string(field(f, "name"));
 }
 
-/* Checks shared by both APIs once the tools are in OpenAI form: unique names, and the choice. */
+/* Checks shared by both APIs once the tools are in OpenAI form: unique names, and the choice.
+ * Takes the reference `tools` (r owns it from here, also on error). */
 static int finish_tools(td_api_ctx_t *c, td_api_request_t *r, json_object *tools,
                         const char *name_fmt)
 {
+    r->tools = tools;
     size_t n = json_object_array_length(tools);
     for (size_t i = 0; i < n; i++)
         for (size_t k = 0; k < i; k++) {
@@ -79,12 +81,12 @@ static int finish_tools(td_api_ctx_t *c, td_api_request_t *r, json_object *tools
         }
     if (n == 0) { /* an empty list is no tools */
         json_object_put(tools);
+        r->tools = NULL;
         if (r->tool_choice == TD_API_TOOLS_REQUIRED || r->tool_choice == TD_API_TOOLS_NAMED)
             return fail(c, "tool_choice", TD_EINVAL,
                         "'tool_choice' forces a tool call but 'tools' is empty");
         return 0;
     }
-    r->tools = tools;
     if (r->tool_choice == TD_API_TOOLS_NAMED && !has_tool(tools, r->tool_name))
         return fail(c, "tool_choice", TD_EINVAL, "'tool_choice' names '%s', which is not in 'tools'",
                     r->tool_name);
