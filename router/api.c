@@ -468,6 +468,10 @@ static int parse_responses(ctx_t *c, json_object *o, td_api_request_t *r)
     if ((rc = td__api_responses(c, o, r)) || (rc = parse_sampling(c, o, r, 2)) ||
         (rc = parse_max_tokens(c, o, "max_output_tokens", r)) || (rc = get_str(c, o, "user", &r->user)))
         return rc;
+    if (field(o, "previous_response_id"))
+        return fail(c, "previous_response_id", TD_ENOTSUP,
+                    "'previous_response_id' is not supported: responses are not stored, send the "
+                    "whole conversation as input items");
     json_object *tx = field(o, "text");
     json_object *fm = tx && json_object_is_type(tx, json_type_object) ? field(tx, "format") : NULL;
     json_object *ft = fm && json_object_is_type(fm, json_type_object) ? field(fm, "type") : NULL;

@@ -29,7 +29,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 void fuzz_seed(td_buf_t *b)
 {
+    /* markers of every format, so mutations of the format byte meet real syntax */
     td_buf_append_char(b, 2); /* qwen3 */
     td_buf_append_str(b, "hi<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, \"x\"]}}\n"
-                         "</tool_call><tool_call>{\"name\": \"g\", \"arguments\": q");
+                         "</tool_call><tool_call>{\"name\": \"g\", \"arguments\": q"
+                         "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>"
+                         "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>function"
+                         "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>f\n```json\n{}\n```"
+                         "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>"
+                         "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>"
+                         "<|channel|>final<|message|>ok<|return|>"
+                         "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\"");
 }

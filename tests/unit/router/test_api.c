@@ -398,6 +398,7 @@ START_TEST(test_responses)
         {"{\"input\":\"x\",\"tool_choice\":\"required\"}", "tool_choice"},
         {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens"},
         {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_object\"}}}", "text.format"},
+        {"{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int rc = parse(TD_API_RESPONSES, bad[i].body, &r, &param);
