@@ -174,7 +174,10 @@ def main():
     if not os.path.exists(os.path.join(a.model, "config.json")):
         print("soak: no model at %s" % a.model)
         return 77
-    cl = cluster.Cluster(a.build, a.model, n_prefill=2, n_decode=3, redis=True)
+    # the router's own per-request deadline comes first, so a request it cannot serve in time ends
+    # with its error rather than the client's timeout
+    cl = cluster.Cluster(a.build, a.model, n_prefill=2, n_decode=3, redis=True, router_args=[
+        "--admission.request_timeout_s", "%g" % (0.75 * a.deadline)])
     port = cl.router.port("http")
     n_workers = len(cl.workers)
     cap, cap_ok, cap_n = measure_capacity(port, a.capacity_secs, 12, a.deadline)
