@@ -3,7 +3,8 @@
  * boundary values, truncation, 8-byte length fields set to extreme values, duplicated spans).
  * Run under ASan+UBSan, a crash or out-of-bounds read fails the test.
  *
- * usage: fuzz_TARGET [ITERATIONS] [SEED]   (also: fuzz_TARGET FILE... replays files) */
+ * usage: fuzz_TARGET [ITERATIONS] [SEED]   (also: fuzz_TARGET FILE... replays files;
+ *        fuzz_TARGET --write-seed FILE writes the seed, for a libFuzzer corpus) */
 #include "fuzz.h"
 
 #include <stdio.h>
@@ -58,8 +59,25 @@ static size_t mutate(const uint8_t *seed, size_t n, uint8_t *out, size_t cap)
     return len;
 }
 
+static int write_seed(const char *path)
+{
+    td_buf_t seed;
+    td_buf_init(&seed);
+    fuzz_seed(&seed);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(seed.data, 1, seed.len, f) == seed.len;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    td_buf_free(&seed);
+    if (!ok)
+        fprintf(stderr, "cannot write %s\n", path);
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--write-seed") == 0)
+        return write_seed(argv[2]);
     if (argc > 1 && argv[1][0] != '-' && (argv[1][0] < '0' || argv[1][0] > '9')) {
         for (int i = 1; i < argc; i++) {
             char *d;

@@ -312,6 +312,8 @@ static bool prefix_of(const uint8_t *p, size_t n, const char *full)
  * bytes that are not "HTTP/1.". */
 static void check_responses(const uint8_t *r, size_t n, bool saw_head, bool h2_possible)
 {
+    if (n == 0) /* no response at all (r may be NULL: r + 0 would be undefined) */
+        return;
     const uint8_t *p = r, *end = r + n;
     while (p < end) {
         size_t left = (size_t)(end - p);

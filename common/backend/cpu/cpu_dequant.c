@@ -19,7 +19,14 @@ typedef float v8f __attribute__((vector_size(32)));
 
 typedef uint16_t v8u16 __attribute__((vector_size(16)));
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
-typedef _Float16 v8hf __attribute__((vector_size(16)));
+/* clang before 15 has no _Float16 on x86; its __fp16 (a storage type, converted exactly to float)
+ * serves the same conversions (the libFuzzer build uses Debian's clang 14). */
+#if defined(__clang__) && __clang_major__ < 15 && (defined(__x86_64__) || defined(__i386__))
+typedef __fp16 td_half_t;
+#else
+typedef _Float16 td_half_t;
+#endif
+typedef td_half_t v8hf __attribute__((vector_size(16)));
 
 TD_CPU_KERNEL static void bf16_row(const uint8_t *src, int64_t n, float *out)
 {
@@ -48,7 +55,7 @@ TD_CPU_KERNEL static void f16_row_generic(const uint8_t *src, int64_t n, float *
         memcpy(out + i, &f, sizeof(f));
     }
     for (; i < n; i++) {
-        _Float16 h;
+        td_half_t h;
         memcpy(&h, src + 2 * i, 2);
         out[i] = (float)h;
     }
@@ -59,7 +66,7 @@ TD_CPU_KERNEL TD_CPU_VECTORIZE static void q8_0_row(const uint8_t *src, int64_t 
     for (int64_t b = 0; b < n / 32; b++) {
         const uint8_t *blk = src + b * 34;
         const int8_t *q = (const int8_t *)(blk + 2);
-        _Float16 h;
+        td_half_t h;
         memcpy(&h, blk, 2);
         float d = (float)h, *o = out + b * 32;
         for (int j = 0; j < 32; j++) /* a fixed-length loop the compiler vectorises */
@@ -96,7 +103,7 @@ static void f16_row(const uint8_t *src, int64_t n, float *out)
 
 static inline float f16_at(const uint8_t *p)
 {
-    _Float16 h;
+    td_half_t h;
     memcpy(&h, p, 2);
     return (float)h;
 }
