@@ -4,7 +4,6 @@
  * `--config FILE` does (it is written to a memfd and loaded by its /proc path). Checks: the load
  * returns 0 or a TD_E* code with a message; a loaded configuration can be printed as INI and
  * freed. */
-#define _GNU_SOURCE
 #include "fuzz.h"
 #include "td_config.h"
 #include "td_error.h"
