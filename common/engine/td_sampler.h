@@ -5,8 +5,13 @@
  * output whatever else shares the batch. Reported logprobs are those of the model's raw
  * distribution (log-softmax of the logits, before temperature and filters).
  *
- * Order: temperature, then top-k, top-p and min-p filters on the tempered distribution, then one
- * uniform draw. temperature == 0 is greedy (the lowest id among equal maxima).
+ * Order (vLLM's): the logits are first adjusted (td_sampler_adjust, in this order: min_tokens
+ * masks EOS and the stop ids, logit_bias adds, bad_words bans, then the repetition penalty over
+ * the prompt and the generated tokens, then the frequency and presence penalties over the
+ * generated tokens); then temperature, then top-k, top-p and min-p filters on the tempered
+ * distribution, then one uniform draw. temperature == 0 is greedy over the adjusted logits (the
+ * lowest id among equal maxima). Adjustments change which token is chosen, never the reported
+ * logprobs.
  */
 #ifndef TD_SAMPLER_H
 #define TD_SAMPLER_H
@@ -18,6 +23,13 @@
 
 #define TD_SAMPLER_MAX_LOGPROBS 20
 #define TD_SAMPLER_MAX_STOP 16
+#define TD_SAMPLER_MAX_BIAS 1024     /* logit_bias entries */
+#define TD_SAMPLER_MAX_BAD 4096      /* bad_words: tokens over all sequences */
+
+typedef struct td_logit_bias {
+    int32_t id;
+    float bias; /* [-100, 100], added to the logit */
+} td_logit_bias_t;
 
 typedef struct td_sampling {
     float temperature; /* 0: greedy; > 0 */
@@ -32,6 +44,18 @@ typedef struct td_sampling {
     bool ignore_eos; /* keep going past EOS */
     int logprobs;    /* -1: no logprob records; else the sampled token's logprob plus this many
                         alternatives, 0..TD_SAMPLER_MAX_LOGPROBS */
+    /* -- penalties and biases (docs/sampling.md): 0 / 1 / empty is off */
+    float presence_penalty;   /* [-2, 2]: minus this once for every token generated at all */
+    float frequency_penalty;  /* [-2, 2]: minus this times the token's generated count */
+    float repetition_penalty; /* (0, 100]; 1: off. A token in the prompt or generated: a
+                                 positive logit divided by it, a negative one multiplied */
+    int min_tokens;           /* EOS and the stop ids cannot be sampled before this many */
+    /* borrowed for td_sampler_init, which copies them */
+    const td_logit_bias_t *logit_bias; /* [n_logit_bias] */
+    int n_logit_bias;
+    const int32_t *bad_words;     /* the sequences' tokens, one after another */
+    const uint32_t *bad_word_len; /* [n_bad_words] each sequence's length (>= 1) */
+    int n_bad_words;
 } td_sampling_t;
 
 /* Defaults: greedy, no filters, no limit, no EOS, no logprobs (-1). */
@@ -63,6 +87,15 @@ typedef struct td_sampler {
     int n_generated;
     float *prob;  /* [vocab] scratch: tempered probabilities */
     int32_t *idx; /* [vocab] scratch: candidate ids */
+    /* adjustments (NULL when the parameters need none) */
+    float *adj;           /* [vocab] scratch: the adjusted logits */
+    td_logit_bias_t *bias; /* own copy of p.logit_bias */
+    int32_t *bad;          /* own copy of p.bad_words */
+    uint32_t *bad_len;
+    uint32_t *count;       /* [vocab] generated count per token (penalties) */
+    uint8_t *seen;         /* [vocab] in the prompt or generated (repetition penalty) */
+    int32_t *hist;         /* [n_hist] the generated tokens (bad_words) */
+    int n_hist, cap_hist;
 } td_sampler_t;
 
 /* Validate the parameters and set up a sampler for a vocabulary of `vocab` tokens.
@@ -82,5 +115,13 @@ td_finish_t td_sampler_accept(td_sampler_t *s, int32_t token);
  * towards max_tokens. A sequence resumed on another worker after n generated tokens (migration)
  * continues with the tokens an uninterrupted run would have given. */
 void td_sampler_seek(td_sampler_t *s, int n);
+/* Tell the sampler the sequence's tokens: toks[0..n) of which the last `generated` were
+ * generated (a migrated sequence resumed, or 0 for a new one). It resets what the penalties and
+ * bad_words look at (counts of generated tokens, tokens seen) to exactly that, so a resumed
+ * sequence samples as the uninterrupted one would. Call after init (and after seek). 0 or
+ * TD_ENOMEM. */
+int td_sampler_context(td_sampler_t *s, const int32_t *toks, int n, int generated);
+/* Whether the parameters adjust logits at all (the engine may skip td_sampler_adjust). */
+bool td_sampler_adjusts(const td_sampler_t *s);
 
 #endif
