@@ -291,6 +291,8 @@ static int parse_sampling(ctx_t *c, json_object *o, td_api_request_t *r, double 
         return rc;
     if ((rc = get_bool(c, o, "stream", &r->stream)) || (rc = get_bool(c, o, "ignore_eos", &r->ignore_eos)))
         return rc;
+    if ((rc = td_api_parse_adjust(o, r, &c->param)))
+        return rc;
     json_object *ids = field(o, "stop_token_ids");
     if (ids) {
         if (!json_object_is_type(ids, json_type_array))
@@ -528,26 +530,13 @@ int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_reques
     default: rc = parse_messages(&c, o, out); break;
     }
     json_object_put(o);
+    if (!rc)
+        rc = td_api_check_adjust(out, &c.param);
     if (rc) {
         *param = c.param;
         td_api_request_free(out);
     }
     return rc;
-}
-
-void td_api_sampling(const td_api_request_t *r, td_sampling_t *out)
-{
-    td_sampling_defaults(out);
-    out->temperature = (float)r->temperature;
-    out->top_k = r->top_k > 0 ? (int)r->top_k : 0;
-    out->top_p = (float)r->top_p;
-    out->min_p = (float)r->min_p;
-    out->ignore_eos = r->ignore_eos;
-    out->logprobs = r->logprobs ? (int)r->top_logprobs : -1;
-    TD_ASSERT(r->n_stop_token_ids <= TD_SAMPLER_MAX_STOP); /* td_api_parse refuses more */
-    for (size_t i = 0; i < r->n_stop_token_ids; i++)
-        out->stop_ids[i] = r->stop_token_ids[i];
-    out->n_stop = (int)r->n_stop_token_ids;
 }
 
 void td_api_request_free(td_api_request_t *r)
@@ -562,6 +551,8 @@ void td_api_request_free(td_api_request_t *r)
         free(r->stop[i]);
     free(r->stop);
     free(r->stop_token_ids);
+    free(r->logit_bias_ids);
+    free(r->logit_bias_values);
     free(r->model);
     free(r->user);
     memset(r, 0, sizeof(*r));

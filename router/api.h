@@ -48,9 +48,13 @@ typedef struct td_api_request {
     double top_p;                /* 1.0 when absent */
     int64_t top_k;               /* 0 when absent or -1: disabled */
     double min_p;                /* 0 when absent */
-    double presence_penalty;     /* accepted, [-2, 2]; 0 when absent */
-    double frequency_penalty;    /* accepted, [-2, 2]; 0 when absent */
-    double repetition_penalty;   /* vLLM extension, > 0; 1.0 when absent */
+    double presence_penalty;     /* [-2, 2]; 0 when absent */
+    double frequency_penalty;    /* [-2, 2]; 0 when absent */
+    double repetition_penalty;   /* vLLM extension, (0, 100]; 1.0 when absent */
+    int32_t *logit_bias_ids;     /* [n_logit_bias] logit_bias (OpenAI): token id -> bias */
+    float *logit_bias_values;    /* [n_logit_bias] in [-100, 100] */
+    size_t n_logit_bias;         /* at most TD_SAMPLER_MAX_BIAS */
+    int64_t min_tokens;          /* vLLM extension: EOS and stop ids masked before this many */
     bool has_seed;
     int64_t seed;
     char **stop;                 /* [n_stop] stop strings */
@@ -69,6 +73,12 @@ typedef struct td_api_request {
     bool disable_thinking;       /* chat_template_kwargs.enable_thinking == false */
     char *user;                  /* OpenAI `user`, or Anthropic metadata.user_id; may be NULL */
 } td_api_request_t;
+
+/* api_sampling.c: logit_bias and min_tokens of request object `o` into r (0, or TD_EINVAL with
+ * *param naming the field); the checks across fields after parsing (min_tokens <= max_tokens). */
+struct json_object;
+int td_api_parse_adjust(struct json_object *o, td_api_request_t *r, const char **param);
+int td_api_check_adjust(const td_api_request_t *r, const char **param);
 
 /* Parse and validate a request body of the given kind into `out` (zeroed first). On error `out`
  * is left empty and *param names the parameter (static string) or is NULL. */

@@ -275,7 +275,8 @@ int td_cmd_generate(int argc, char **argv)
     int total = np + a.sp.max_tokens;
     if ((rc = td_engine_create(m, &eo, &e)) || (rc = td_kv_layout_init(&lay, m, a.block)) ||
         (rc = td_kv_pool_init(&pool, &lay, (total + a.block - 1) / a.block)) ||
-        (rc = td_sampler_init(&smp, &a.sp, c->vocab_size)))
+        (rc = td_sampler_init(&smp, &a.sp, c->vocab_size)) ||
+        (rc = td_sampler_context(&smp, prompt, np, 0)))
         goto fail;
     logits = malloc((size_t)c->vocab_size * sizeof(float));
     size_t mt = (size_t)a.sp.max_tokens;

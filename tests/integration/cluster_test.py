@@ -484,6 +484,63 @@ def scenario_routers(build):
     print("OK: two routers side by side share the workers")
 
 
+def scenario_penalties(build):
+    """Presence, frequency and repetition penalties, logit_bias and min_tokens give exactly
+    tandem generate's tokens through the cluster: greedy and seeded, with the first token sampled
+    on the prefill worker (the decode worker then carries the penalties' counts on from it) and
+    with a decode worker that computes the prompt itself. Each setting changes the output (else
+    the comparison would prove nothing)."""
+    model, cfg = make_model(build, "deepseek_v3")
+    rng = random.Random(33)
+    V = cfg["vocab_size"]
+    base = []
+    for i in range(4):
+        base.append({"prompt_ids": [rng.randrange(V) for _ in range(12)], "max_tokens": 24})
+    settings = [{"presence_penalty": 1.5}, {"frequency_penalty": 1.2},
+                {"repetition_penalty": 1.8}, {"presence_penalty": -0.5, "frequency_penalty": 0.7,
+                                              "repetition_penalty": 1.3},
+                {"logit_bias": {str(rng.randrange(V)): 30}}]
+    reqs = []
+    for b in base:
+        for st in settings:
+            for sampled in (False, True):
+                r = dict(b, **st)
+                r.update(temperature=0.8, seed=rng.randrange(1 << 30)) if sampled else \
+                    r.update(temperature=0)
+                reqs.append(r)
+    want = [C.offline_generate(build, model, r) for r in reqs]
+    plain = [C.offline_generate(build, model, {k: v for k, v in r.items()
+                                               if k in ("prompt_ids", "max_tokens",
+                                                        "temperature", "seed")}) for r in reqs]
+    changed = sum(w != p for w, p in zip(want, plain))
+    check(changed >= len(reqs) // 2, "only %d of %d settings change the output" %
+          (changed, len(reqs)))
+    # min_tokens: the EOS token (logit-biased to be the greedy choice) waits for 5 tokens
+    eos = cfg.get("eos_token_id", 1)
+    eos = eos[0] if isinstance(eos, list) else eos
+    mt = {"prompt_ids": base[0]["prompt_ids"], "max_tokens": 12, "temperature": 0,
+          "logit_bias": {str(eos): 100}, "min_tokens": 5}
+    want_mt = C.offline_generate(build, model, mt)
+    check(len(want_mt) == 6 and want_mt[-1] == eos and eos not in want_mt[:5],
+          "min_tokens 5 with EOS favoured: tandem generate gave %s (eos %d)" % (want_mt, eos))
+    reqs.append(mt)
+    want.append(want_mt)
+    for n_prefill in (1, 0):
+        cl = C.Cluster(build, model, n_prefill=n_prefill, n_decode=1)
+        try:
+            got = cl.batch(reqs)
+            bad = [i for i, (g, w) in enumerate(zip(got, want)) if g["error"] or g["ids"] != w]
+            check(not bad, "%s: requests %s differ or failed: %s" % (
+                "disaggregated" if n_prefill else "local prefill", bad,
+                [(got[i]["error"], got[i]["ids"], want[i]) for i in bad[:3]]))
+            codes = cl.stop()
+            check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+        finally:
+            C._kill_all()
+    print("OK: %d requests with penalties, logit_bias and min_tokens (%d changed by them) equal "
+          "to tandem generate, disaggregated and with local prefill" % (len(reqs), changed))
+
+
 def scenario_preempt(build):
     """A decode worker whose KV pool cannot hold every running sequence preempts (drops a
     sequence's blocks, recomputes them later) instead of failing requests; the tokens are still
@@ -1503,6 +1560,8 @@ def main():
         scenario_bench(build)
     elif scen == "routers":
         scenario_routers(build)
+    elif scen == "penalties":
+        scenario_penalties(build)
     elif scen == "preempt":
         scenario_preempt(build)
     elif scen == "cache":

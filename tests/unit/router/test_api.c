@@ -94,6 +94,42 @@ START_TEST(test_sampling_limits)
 }
 END_TEST
 
+/* The logit adjustments reach the engine's settings (the sampler's tests check their effect). */
+START_TEST(test_adjust_fields)
+{
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                       "\"presence_penalty\":0.5,\"frequency_penalty\":-1,"
+                       "\"repetition_penalty\":1.2,\"logit_bias\":{\"7\":-100,\"12\":2.5},"
+                       "\"min_tokens\":3,\"max_tokens\":4,\"stop_token_ids\":[9]}";
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_eq(parse(TD_API_CHAT, body, &r, &param), 0);
+    td_sampling_t sp;
+    td_api_sampling(&r, &sp);
+    ck_assert(sp.presence_penalty == 0.5f && sp.frequency_penalty == -1.0f);
+    ck_assert(sp.repetition_penalty == 1.2f);
+    ck_assert_int_eq(sp.min_tokens, 3);
+    ck_assert_int_eq(sp.n_logit_bias, 2);
+    for (int i = 0; i < 2; i++)
+        ck_assert(sp.logit_bias_ids[i] == 7 ? sp.logit_bias_values[i] == -100
+                                            : sp.logit_bias_ids[i] == 12 &&
+                                                  sp.logit_bias_values[i] == 2.5f);
+    ck_assert_int_eq(sp.n_stop, 1);
+    td_api_request_free(&r);
+    /* Anthropic's Messages takes stop_token_ids and the adjustments too (vLLM's extensions) */
+    ck_assert_int_eq(parse(TD_API_MESSAGES,
+                           "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+                           "\"x\"}],\"stop_token_ids\":[4],\"min_tokens\":2}",
+                           &r, &param),
+                     0);
+    td_api_sampling(&r, &sp);
+    ck_assert_int_eq(sp.stop_ids[0], 4);
+    ck_assert_int_eq(sp.min_tokens, 2);
+    ck_assert(sp.repetition_penalty == 1.0f && sp.n_logit_bias == 0);
+    td_api_request_free(&r);
+}
+END_TEST
+
 START_TEST(test_prompt_ids)
 {
     td_api_request_t r;
@@ -152,6 +188,17 @@ static const struct bad {
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"suffix\":\"y\"}", TD_ENOTSUP, "suffix", "not supported"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"best_of\":3}", TD_ENOTSUP, "best_of", "not supported"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"seed\":\"1\"}", TD_EINVAL, "seed", "integer"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"presence_penalty\":2.5}", TD_EINVAL, "presence_penalty", "[-2, 2]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"frequency_penalty\":-3}", TD_EINVAL, "frequency_penalty", "[-2, 2]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"repetition_penalty\":0}", TD_EINVAL, "repetition_penalty", "(0, 100]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":[1]}", TD_EINVAL, "logit_bias", "object"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"abc\":1}}", TD_EINVAL, "logit_bias", "\"abc\" is not a token id"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", TD_EINVAL, "logit_bias", "not a token id"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":101}}", TD_EINVAL, "logit_bias", "[-100, 100]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":\"up\"}}", TD_EINVAL, "logit_bias", "number"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"min_tokens\":-1}", TD_EINVAL, "min_tokens", "[0,"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"min_tokens\":1.5}", TD_EINVAL, "min_tokens", "integer"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"min_tokens\":9,\"max_tokens\":8}", TD_EINVAL, "min_tokens", "must not exceed"},
     {TD_API_CHAT, "{}", TD_EINVAL, "messages", "array"},
     {TD_API_CHAT, "{\"messages\":[]}", TD_EINVAL, "messages", "empty"},
     {TD_API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", TD_EINVAL, "messages", "messages[0].role"},
@@ -289,6 +336,7 @@ int main(void)
     tcase_add_test(tc, test_completions_defaults);
     tcase_add_test(tc, test_completions_full);
     tcase_add_test(tc, test_prompt_ids);
+    tcase_add_test(tc, test_adjust_fields);
     tcase_add_test(tc, test_bad_requests);
     tcase_add_test(tc, test_sampling_limits);
     tcase_add_test(tc, test_chat);
