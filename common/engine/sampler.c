@@ -49,12 +49,12 @@ static int init_adjust(td_sampler_t *s, const td_sampling_t *p, int vocab)
         return td_err_set(TD_EINVAL, "sampler: %d logit_bias entries (at most %d)",
                           p->n_logit_bias, TD_SAMPLER_MAX_BIAS);
     for (int i = 0; i < p->n_logit_bias; i++) {
-        if (p->logit_bias[i].id < 0 || p->logit_bias[i].id >= vocab)
+        if (p->logit_bias_ids[i] < 0 || p->logit_bias_ids[i] >= vocab)
             return td_err_set(TD_EINVAL, "sampler: logit_bias token id %d outside [0, %d)",
-                              p->logit_bias[i].id, vocab);
-        if (!(p->logit_bias[i].bias >= -100 && p->logit_bias[i].bias <= 100))
+                              p->logit_bias_ids[i], vocab);
+        if (!(p->logit_bias_values[i] >= -100 && p->logit_bias_values[i] <= 100))
             return td_err_set(TD_EINVAL, "sampler: logit_bias %g for token %d must be in "
-                              "[-100, 100]", p->logit_bias[i].bias, p->logit_bias[i].id);
+                              "[-100, 100]", p->logit_bias_values[i], p->logit_bias_ids[i]);
     }
     if (p->n_bad_words < 0)
         return td_err_set(TD_EINVAL, "sampler: %d bad_words", p->n_bad_words);
@@ -77,18 +77,22 @@ static int init_adjust(td_sampler_t *s, const td_sampling_t *p, int vocab)
     s->adj = td_calloc((size_t)vocab, sizeof(float));
     s->count = td_calloc((size_t)vocab, sizeof(uint32_t));
     s->seen = td_calloc((size_t)vocab, 1);
-    s->bias = td_calloc((size_t)p->n_logit_bias + 1, sizeof(td_logit_bias_t));
+    s->bias_ids = td_calloc((size_t)p->n_logit_bias + 1, sizeof(int32_t));
+    s->bias_values = td_calloc((size_t)p->n_logit_bias + 1, sizeof(float));
     s->bad = td_calloc(total + 1, sizeof(int32_t));
     s->bad_len = td_calloc((size_t)p->n_bad_words + 1, sizeof(uint32_t));
-    if (!s->adj || !s->count || !s->seen || !s->bias || !s->bad || !s->bad_len)
+    if (!s->adj || !s->count || !s->seen || !s->bias_ids || !s->bias_values || !s->bad || !s->bad_len)
         return td_err_set(TD_ENOMEM, "sampler: out of memory");
-    if (p->n_logit_bias)
-        memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof(td_logit_bias_t));
+    if (p->n_logit_bias) {
+        memcpy(s->bias_ids, p->logit_bias_ids, (size_t)p->n_logit_bias * sizeof(int32_t));
+        memcpy(s->bias_values, p->logit_bias_values, (size_t)p->n_logit_bias * sizeof(float));
+    }
     if (total)
         memcpy(s->bad, p->bad_words, total * sizeof(int32_t));
     if (p->n_bad_words)
         memcpy(s->bad_len, p->bad_word_len, (size_t)p->n_bad_words * sizeof(uint32_t));
-    s->p.logit_bias = NULL;
+    s->p.logit_bias_ids = NULL;
+    s->p.logit_bias_values = NULL;
     s->p.bad_words = NULL;
     s->p.bad_word_len = NULL;
     return 0;
@@ -152,7 +156,7 @@ static const float *adjust(td_sampler_t *s, const float *logits)
                 a[p->stop_ids[i]] = -INFINITY;
     }
     for (int i = 0; i < p->n_logit_bias; i++)
-        a[s->bias[i].id] += s->bias[i].bias;
+        a[s->bias_ids[i]] += s->bias_values[i];
     /* bad_words: a sequence whose first len-1 tokens end the generated tokens bans its last */
     const int32_t *w = s->bad;
     for (int i = 0; i < p->n_bad_words; w += s->bad_len[i], i++) {
@@ -215,7 +219,8 @@ void td_sampler_free(td_sampler_t *s)
     free(s->prob);
     free(s->idx);
     free(s->adj);
-    free(s->bias);
+    free(s->bias_ids);
+    free(s->bias_values);
     free(s->bad);
     free(s->bad_len);
     free(s->count);
@@ -224,7 +229,8 @@ void td_sampler_free(td_sampler_t *s)
     s->prob = NULL;
     s->idx = NULL;
     s->adj = NULL;
-    s->bias = NULL;
+    s->bias_ids = NULL;
+    s->bias_values = NULL;
     s->bad = NULL;
     s->bad_len = NULL;
     s->count = NULL;

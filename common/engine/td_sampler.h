@@ -26,11 +26,6 @@
 #define TD_SAMPLER_MAX_BIAS 1024     /* logit_bias entries */
 #define TD_SAMPLER_MAX_BAD 4096      /* bad_words: tokens over all sequences */
 
-typedef struct td_logit_bias {
-    int32_t id;
-    float bias; /* [-100, 100], added to the logit */
-} td_logit_bias_t;
-
 typedef struct td_sampling {
     float temperature; /* 0: greedy; > 0 */
     int top_k;         /* 0: off */
@@ -51,7 +46,8 @@ typedef struct td_sampling {
                                  positive logit divided by it, a negative one multiplied */
     int min_tokens;           /* EOS and the stop ids cannot be sampled before this many */
     /* borrowed for td_sampler_init, which copies them */
-    const td_logit_bias_t *logit_bias; /* [n_logit_bias] */
+    const int32_t *logit_bias_ids;  /* [n_logit_bias] */
+    const float *logit_bias_values; /* [n_logit_bias] in [-100, 100], added to the logit */
     int n_logit_bias;
     const int32_t *bad_words;     /* the sequences' tokens, one after another */
     const uint32_t *bad_word_len; /* [n_bad_words] each sequence's length (>= 1) */
@@ -89,7 +85,8 @@ typedef struct td_sampler {
     int32_t *idx; /* [vocab] scratch: candidate ids */
     /* adjustments (NULL when the parameters need none) */
     float *adj;           /* [vocab] scratch: the adjusted logits */
-    td_logit_bias_t *bias; /* own copy of p.logit_bias */
+    int32_t *bias_ids;     /* own copies of p.logit_bias_* */
+    float *bias_values;
     int32_t *bad;          /* own copy of p.bad_words */
     uint32_t *bad_len;
     uint32_t *count;       /* [vocab] generated count per token (penalties) */

@@ -390,8 +390,10 @@ START_TEST(test_logit_bias)
 {
     td_sampling_t p;
     td_sampling_defaults(&p);
-    td_logit_bias_t b = {0, 2.0f};
-    p.logit_bias = &b;
+    int32_t bid = 0;
+    float bias = 2.0f;
+    p.logit_bias_ids = &bid;
+    p.logit_bias_values = &bias;
     p.n_logit_bias = 1;
     p.logprobs = 0;
     td_sampler_t s;
@@ -401,11 +403,11 @@ START_TEST(test_logit_bias)
     ck_assert_int_eq(o.token, 0);
     ck_assert(fabsf(o.logprob - logf(0.1f)) < 1e-6);
     td_sampler_free(&s);
-    b.bias = logf(4.0f);
+    bias = logf(4.0f);
     p.temperature = 1;
     p.seed = 7;
     expect_freqs(&p, (double[]){4 / 13.0, 2 / 13.0, 3 / 13.0, 4 / 13.0});
-    b.bias = -100; /* as OpenAI: -100 all but bans */
+    bias = -100; /* as OpenAI: -100 all but bans */
     expect_freqs(&p, (double[]){0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
 }
 END_TEST
@@ -563,7 +565,8 @@ START_TEST(test_bad_adjust_params)
 {
     td_sampling_t p;
     td_sampler_t s;
-    td_logit_bias_t b = {4, 1};
+    int32_t bid = 4;
+    float bias = 1;
     int32_t w[] = {9};
     uint32_t l[] = {1}, l0[] = {0};
     td_sampling_defaults(&p);
@@ -579,12 +582,13 @@ START_TEST(test_bad_adjust_params)
     ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
     ck_assert_ptr_nonnull(strstr(td_err_msg(), "repetition_penalty"));
     td_sampling_defaults(&p);
-    p.logit_bias = &b;
+    p.logit_bias_ids = &bid;
+    p.logit_bias_values = &bias;
     p.n_logit_bias = 1;
     ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
     ck_assert_ptr_nonnull(strstr(td_err_msg(), "logit_bias"));
-    b.id = 1;
-    b.bias = 101;
+    bid = 1;
+    bias = 101;
     ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
     td_sampling_defaults(&p);
     p.min_tokens = -1;
