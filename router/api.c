@@ -357,6 +357,8 @@ static int parse_completions(ctx_t *c, json_object *o, td_api_request_t *r)
         return rc;
     if (set && v != r->n)
         return fail(c, "best_of", TD_ENOTSUP, "'best_of' other than 'n' is not supported");
+    if ((rc = td_api_parse_response_format(o, r, &c->param)))
+        return rc;
     return 0;
 }
 
@@ -407,14 +409,8 @@ static int parse_chat(ctx_t *c, json_object *o, td_api_request_t *r)
     json_object *tools = field(o, "tools");
     if (tools && (!json_object_is_type(tools, json_type_array) || json_object_array_length(tools)))
         return fail(c, "tools", TD_ENOTSUP, "'tools' (function calling) is not supported");
-    json_object *rf = field(o, "response_format");
-    if (rf) {
-        json_object *t = json_object_is_type(rf, json_type_object) ? field(rf, "type") : NULL;
-        if (!t || !json_object_is_type(t, json_type_string) ||
-            strcmp(json_object_get_string(t), "text") != 0)
-            return fail(c, "response_format", TD_ENOTSUP,
-                        "only 'response_format' {\"type\": \"text\"} is supported");
-    }
+    if ((rc = td_api_parse_response_format(o, r, &c->param)))
+        return rc;
     return 0;
 }
 
@@ -465,7 +461,8 @@ static int parse_messages(ctx_t *c, json_object *o, td_api_request_t *r)
         c->param = "messages";
         return rc;
     }
-    if ((rc = parse_sampling(c, o, r, 1)) || (rc = get_stop(c, o, "stop_sequences", r)))
+    if ((rc = parse_sampling(c, o, r, 1)) || (rc = get_stop(c, o, "stop_sequences", r)) ||
+        (rc = td_api_parse_response_format(o, r, &c->param)))
         return rc;
     json_object *md = field(o, "metadata");
     if (md && json_object_is_type(md, json_type_object) && (rc = get_str(c, md, "user_id", &r->user)))
@@ -553,6 +550,7 @@ void td_api_request_free(td_api_request_t *r)
     free(r->stop_token_ids);
     free(r->logit_bias_ids);
     free(r->logit_bias_values);
+    free(r->json_schema);
     free(r->model);
     free(r->user);
     memset(r, 0, sizeof(*r));

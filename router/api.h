@@ -55,6 +55,8 @@ typedef struct td_api_request {
     float *logit_bias_values;    /* [n_logit_bias] in [-100, 100] */
     size_t n_logit_bias;         /* at most TD_SAMPLER_MAX_BIAS */
     int64_t min_tokens;          /* vLLM extension: EOS and stop ids masked before this many */
+    int json_mode;               /* structured outputs: 0 off, 1 json_object, 2 json_schema */
+    char *json_schema;           /* json_mode 2: the schema, compact JSON text (it compiles) */
     bool has_seed;
     int64_t seed;
     char **stop;                 /* [n_stop] stop strings */
@@ -79,6 +81,9 @@ typedef struct td_api_request {
 struct json_object;
 int td_api_parse_adjust(struct json_object *o, td_api_request_t *r, const char **param);
 int td_api_check_adjust(const td_api_request_t *r, const char **param);
+/* response_format (Chat, Completions) or Anthropic's output_format (Messages) into json_mode
+ * and json_schema; the schema is compiled here so a bad one gets its 400 before any worker. */
+int td_api_parse_response_format(struct json_object *o, td_api_request_t *r, const char **param);
 
 /* Parse and validate a request body of the given kind into `out` (zeroed first). On error `out`
  * is left empty and *param names the parameter (static string) or is NULL. */

@@ -3,6 +3,7 @@
  * penalties (presence, frequency, repetition) are plain numbers parsed with the rest in api.c. */
 #include "api.h"
 #include "td_error.h"
+#include "td_jsonfsm.h"
 #include "td_util.h"
 
 #include <errno.h>
@@ -78,6 +79,72 @@ int td_api_parse_adjust(json_object *o, td_api_request_t *r, const char **param)
     return 0;
 }
 
+/* A JSON schema given as `schema` (an object): kept as compact text once it compiles. */
+static int take_schema(json_object *schema, td_api_request_t *r, const char **param,
+                       const char *name)
+{
+    if (!schema || !json_object_is_type(schema, json_type_object))
+        return bad(param, name, "'%s' must be a JSON schema object", name);
+    const char *t = json_object_to_json_string_ext(schema, JSON_C_TO_STRING_PLAIN);
+    td_jsonfsm_t *f;
+    int rc = td_jsonfsm_compile(t, strlen(t), &f);
+    if (rc) {
+        *param = name;
+        return rc == TD_ENOMEM ? rc : rc == TD_ENOTSUP ? TD_ENOTSUP : TD_EINVAL;
+    }
+    td_jsonfsm_free(f);
+    if (!(r->json_schema = td_strdup(t)))
+        return td_err_set(TD_ENOMEM, "out of memory");
+    r->json_mode = 2;
+    return 0;
+}
+
+int td_api_parse_response_format(json_object *o, td_api_request_t *r, const char **param)
+{
+    json_object *rf, *t, *js, *v;
+    if (r->kind == TD_API_MESSAGES) {
+        /* Anthropic's structured outputs: output_format {"type": "json_schema", "schema": {..}} */
+        if (!json_object_object_get_ex(o, "output_format", &rf) || !rf)
+            return 0;
+        if (!json_object_is_type(rf, json_type_object) ||
+            !json_object_object_get_ex(rf, "type", &t) || !json_object_is_type(t, json_type_string) ||
+            strcmp(json_object_get_string(t), "json_schema") != 0)
+            return bad(param, "output_format.type",
+                       "'output_format' must be {\"type\": \"json_schema\", \"schema\": {...}}");
+        json_object_object_get_ex(rf, "schema", &v);
+        return take_schema(v, r, param, "output_format.schema");
+    }
+    if (!json_object_object_get_ex(o, "response_format", &rf) || !rf)
+        return 0;
+    if (!json_object_is_type(rf, json_type_object) || !json_object_object_get_ex(rf, "type", &t) ||
+        !json_object_is_type(t, json_type_string))
+        return bad(param, "response_format", "'response_format' must be an object with a 'type'");
+    const char *type = json_object_get_string(t);
+    if (!strcmp(type, "text"))
+        return 0;
+    if (!strcmp(type, "json_object")) {
+        r->json_mode = 1;
+        return 0;
+    }
+    if (strcmp(type, "json_schema") != 0)
+        return bad(param, "response_format.type",
+                   "'response_format.type' must be 'text', 'json_object' or 'json_schema', got '%s'",
+                   type);
+    if (!json_object_object_get_ex(rf, "json_schema", &js) || !js ||
+        !json_object_is_type(js, json_type_object))
+        return bad(param, "response_format.json_schema",
+                   "'response_format.json_schema' must be an object with 'name' and 'schema'");
+    if (!json_object_object_get_ex(js, "name", &v) || !json_object_is_type(v, json_type_string) ||
+        !json_object_get_string_len(v))
+        return bad(param, "response_format.json_schema.name",
+                   "'response_format.json_schema.name' must be a non-empty string");
+    if (json_object_object_get_ex(js, "strict", &v) && v && !json_object_is_type(v, json_type_boolean))
+        return bad(param, "response_format.json_schema.strict",
+                   "'response_format.json_schema.strict' must be a boolean");
+    json_object_object_get_ex(js, "schema", &v);
+    return take_schema(v, r, param, "response_format.json_schema.schema");
+}
+
 int td_api_check_adjust(const td_api_request_t *r, const char **param)
 {
     if (r->max_tokens > 0 && r->min_tokens > r->max_tokens)
@@ -106,4 +173,7 @@ void td_api_sampling(const td_api_request_t *r, td_sampling_t *out)
     out->logit_bias_ids = r->logit_bias_ids;
     out->logit_bias_values = r->logit_bias_values;
     out->n_logit_bias = (int)r->n_logit_bias;
+    out->json_mode = r->json_mode;
+    out->json_schema = r->json_schema;
+    out->json_schema_len = r->json_schema ? strlen(r->json_schema) : 0;
 }

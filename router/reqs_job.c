@@ -82,13 +82,20 @@ int td_job_set_sampling(td_job_t *j, const td_sampling_t *p)
     free(j->sp_arrays);
     j->sp_arrays = NULL;
     j->sp = *p;
-    if (!nb && !nw)
+    size_t ns = p->json_schema ? p->json_schema_len + 1 : 0;
+    if (!nb && !nw && !ns)
         return 0;
-    /* one block: bias ids, bad-word tokens, bad-word lengths (4-byte items), bias values */
-    uint8_t *m = td_calloc(nb * 2 + nt + nw + 1, 4);
+    /* one block: bias ids, bias values, bad-word tokens, bad-word lengths (4-byte items), then
+       the schema's text */
+    size_t words = nb * 2 + nt + nw;
+    uint8_t *m = td_calloc(words * 4 + ns + 1, 1);
     if (!m)
         return TD_ENOMEM;
     j->sp_arrays = m;
+    if (ns) {
+        memcpy(m + words * 4, p->json_schema, ns - 1);
+        j->sp.json_schema = (const char *)(m + words * 4);
+    }
     memcpy(m, p->logit_bias_ids, nb * 4);
     j->sp.logit_bias_ids = (const int32_t *)m;
     memcpy(m + nb * 4, p->logit_bias_values, nb * 4);

@@ -118,7 +118,8 @@ typedef struct centry {
 } centry_t;
 
 struct td_jsonmask {
-    const td_jsonfsm_t *f;
+    td_jsonfsm_t *f;
+    bool own_f;
     const td_vocab_trie_t *t;
     int32_t eos;
     int words;
@@ -128,7 +129,7 @@ struct td_jsonmask {
     int next_slot;
 };
 
-int td_jsonmask_new(const td_jsonfsm_t *f, const td_vocab_trie_t *t, int32_t eos_id,
+int td_jsonmask_new(td_jsonfsm_t *f, const td_vocab_trie_t *t, int32_t eos_id, bool own_f,
                     td_jsonmask_t **out)
 {
     td_jsonmask_t *m = td_calloc(1, sizeof(*m));
@@ -136,6 +137,7 @@ int td_jsonmask_new(const td_jsonfsm_t *f, const td_vocab_trie_t *t, int32_t eos
     if (!m)
         return td_err_set(TD_ENOMEM, "out of memory");
     m->f = f;
+    m->own_f = own_f;
     m->t = t;
     m->eos = eos_id;
     m->words = (t->vocab + 63) / 64;
@@ -156,6 +158,8 @@ void td_jsonmask_free(td_jsonmask_t *m)
     for (int i = 0; i < CACHE; i++)
         free(m->cache[i].bits);
     free(m->walk);
+    if (m->own_f)
+        td_jsonfsm_free(m->f);
     free(m);
 }
 

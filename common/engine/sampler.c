@@ -24,6 +24,20 @@ bool td_sampler_adjusts(const td_sampler_t *s)
     return s->adj != NULL;
 }
 
+int td_sampler_set_mask(td_sampler_t *s, td_jsonmask_t *m)
+{
+    td_jsonmask_free(s->mask);
+    s->mask = m;
+    if (!s->adj) {
+        s->adj = td_calloc((size_t)s->vocab, sizeof(float));
+        s->count = td_calloc((size_t)s->vocab, sizeof(uint32_t));
+        s->seen = td_calloc((size_t)s->vocab, 1);
+        if (!s->adj || !s->count || !s->seen)
+            return td_err_set(TD_ENOMEM, "sampler: out of memory");
+    }
+    return 0;
+}
+
 static bool needs_adjust(const td_sampling_t *p)
 {
     return p->presence_penalty != 0 || p->frequency_penalty != 0 ||
@@ -103,6 +117,9 @@ static void note_generated(td_sampler_t *s, int32_t token)
 {
     if (!s->adj || token < 0 || token >= s->vocab)
         return;
+    if (s->mask)
+        (void)td_jsonmask_advance(s->mask, token); /* the mask allowed it (or it came from a
+                                                      sampler with the same mask) */
     s->count[token]++;
     s->seen[token] = 1;
     if (!s->p.n_bad_words)
@@ -125,6 +142,8 @@ int td_sampler_context(td_sampler_t *s, const int32_t *toks, int n, int generate
     memset(s->count, 0, (size_t)s->vocab * sizeof(uint32_t));
     memset(s->seen, 0, (size_t)s->vocab);
     s->n_hist = 0;
+    if (s->mask)
+        td_jsonmask_reset(s->mask);
     if (generated > n)
         generated = n;
     for (int i = 0; i < n - generated; i++)
@@ -166,6 +185,18 @@ static const float *adjust(td_sampler_t *s, const float *logits)
         if (pre == 0 || !memcmp(w, s->hist + s->n_hist - pre, (size_t)pre * sizeof(int32_t)))
             a[w[pre]] = -INFINITY;
     }
+    if (s->mask) {
+        const uint64_t *ok = td_jsonmask_allowed(s->mask);
+        bool any = false;
+        for (int i = 0; ok && i < V; i++) {
+            if (!(ok[i >> 6] >> (i & 63) & 1))
+                a[i] = -INFINITY;
+            else
+                any |= a[i] > -INFINITY;
+        }
+        if (!any && p->eos_id >= 0 && p->eos_id < V) /* nothing fits: end it */
+            a[p->eos_id] = 0;
+    }
     if (p->repetition_penalty != 1 || p->frequency_penalty != 0 || p->presence_penalty != 0)
         for (int i = 0; i < V; i++) {
             if (s->seen[i] && p->repetition_penalty != 1)
@@ -198,6 +229,8 @@ int td_sampler_init(td_sampler_t *s, const td_sampling_t *p, int vocab)
         return td_err_set(TD_EINVAL, "sampler: logprobs %d must be in [-1, %d]", p->logprobs,
                           TD_SAMPLER_MAX_LOGPROBS);
     s->p = *p;
+    s->p.json_schema = NULL; /* borrowed: the worker compiles it into the mask */
+    s->p.json_schema_len = 0;
     s->vocab = vocab;
     td_rng_seed(&s->rng, p->seed);
     int rc = init_adjust(s, p, vocab);
@@ -226,6 +259,8 @@ void td_sampler_free(td_sampler_t *s)
     free(s->count);
     free(s->seen);
     free(s->hist);
+    td_jsonmask_free(s->mask);
+    s->mask = NULL;
     s->prob = NULL;
     s->idx = NULL;
     s->adj = NULL;

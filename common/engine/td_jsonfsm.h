@@ -81,8 +81,9 @@ int td_vocab_trie_size(const td_vocab_trie_t *t);
 typedef struct td_jsonmask td_jsonmask_t;
 
 /* A mask for one sequence over trie `t` (borrowed) with `eos_id` (-1: none) allowed exactly when
- * the output is complete. 0 or TD_ENOMEM. */
-int td_jsonmask_new(const td_jsonfsm_t *f, const td_vocab_trie_t *t, int32_t eos_id,
+ * the output is complete; automaton `f` borrowed, or owned (freed with the mask) when `own_f`.
+ * 0 or TD_ENOMEM. */
+int td_jsonmask_new(td_jsonfsm_t *f, const td_vocab_trie_t *t, int32_t eos_id, bool own_f,
                     td_jsonmask_t **out);
 void td_jsonmask_free(td_jsonmask_t *m);
 /* The allowed tokens from the current state: a bitmap of ceil(vocab / 64) words (owned by m,

@@ -16,6 +16,7 @@
 #ifndef TD_SAMPLER_H
 #define TD_SAMPLER_H
 
+#include "td_jsonfsm.h"
 #include "td_rng.h"
 
 #include <stdbool.h>
@@ -52,6 +53,11 @@ typedef struct td_sampling {
     const int32_t *bad_words;     /* the sequences' tokens, one after another */
     const uint32_t *bad_word_len; /* [n_bad_words] each sequence's length (>= 1) */
     int n_bad_words;
+    /* -- structured outputs (td_jsonfsm.h): the worker compiles these into a td_jsonmask_t and
+     *    hands it to td_sampler_set_mask */
+    int json_mode;           /* 0: off, 1: any JSON object, 2: json_schema */
+    const char *json_schema; /* json_mode 2: the schema's JSON text, NUL-terminated (borrowed) */
+    size_t json_schema_len;
 } td_sampling_t;
 
 /* Defaults: greedy, no filters, no limit, no EOS, no logprobs (-1). */
@@ -92,6 +98,7 @@ typedef struct td_sampler {
     uint32_t *count;       /* [vocab] generated count per token (penalties) */
     uint8_t *seen;         /* [vocab] in the prompt or generated (repetition penalty) */
     int32_t *hist;         /* [n_hist] the generated tokens (bad_words) */
+    td_jsonmask_t *mask;   /* structured outputs: tokens outside it are never chosen; owned */
     int n_hist, cap_hist;
 } td_sampler_t;
 
@@ -118,6 +125,11 @@ void td_sampler_seek(td_sampler_t *s, int n);
  * sequence samples as the uninterrupted one would. Call after init (and after seek). 0 or
  * TD_ENOMEM. */
 int td_sampler_context(td_sampler_t *s, const int32_t *toks, int n, int generated);
+/* Constrain the output by `m` (structured outputs; the sampler owns it from now on): a token it
+ * does not allow is never chosen, EOS only once the output is complete. Where the mask allows no
+ * token at all (a vocabulary lacking the bytes needed) EOS is chosen. Call before sampling and
+ * before td_sampler_context. 0 or TD_ENOMEM. */
+int td_sampler_set_mask(td_sampler_t *s, td_jsonmask_t *m);
 /* Whether the parameters adjust logits at all (the engine may skip td_sampler_adjust). */
 bool td_sampler_adjusts(const td_sampler_t *s);
 

@@ -30,6 +30,9 @@ void td_msg_sampling_to_proto(const td_sampling_t *p, uint64_t seed, Tandem__Sam
     out->n_logit_bias_ids = out->n_logit_bias_values = (size_t)p->n_logit_bias;
     out->logit_bias_ids = (int32_t *)p->logit_bias_ids;
     out->logit_bias_values = (float *)p->logit_bias_values;
+    out->json_mode = (uint32_t)p->json_mode;
+    if (p->json_mode == 2 && p->json_schema)
+        out->json_schema = (char *)p->json_schema; /* NUL-terminated (td_sampling_t says) */
 }
 
 int td_msg_sampling_from_proto(const Tandem__Sampling *sp, td_sampling_t *p)
@@ -80,6 +83,13 @@ int td_msg_sampling_from_proto(const Tandem__Sampling *sp, td_sampling_t *p)
     p->bad_words = sp->bad_words;
     p->bad_word_len = sp->bad_word_lens;
     p->n_bad_words = (int)sp->n_bad_word_lens;
+    if (sp->json_mode > 2)
+        return td_err_set(TD_EINVAL, "sampling.json_mode: %u (0..2)", sp->json_mode);
+    if (sp->json_mode == 2 && (!sp->json_schema || !*sp->json_schema))
+        return td_err_set(TD_EINVAL, "sampling.json_schema: empty with json_mode 2");
+    p->json_mode = (int)sp->json_mode;
+    p->json_schema = sp->json_mode == 2 ? sp->json_schema : NULL;
+    p->json_schema_len = p->json_schema ? strlen(p->json_schema) : 0;
     return 0;
 }
 

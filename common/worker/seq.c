@@ -185,7 +185,8 @@ td_wk_seq_t *td_wk_seq_new(td_worker_t *w, td_wk_router_t *rt, uint64_t req,
     }
     int rc = s->toks && (s->tenant || !s->tenant_len) ? td_sampler_init(&s->smp, &p, c->vocab_size)
                                                       : td_err_set(TD_ENOMEM, "out of memory");
-    if (!rc && (rc = td_sampler_context(&s->smp, toks, (int)n, 0)))
+    if (!rc && ((rc = td_wk_structured(w, s, &p)) ||
+                (rc = td_sampler_context(&s->smp, toks, (int)n, 0))))
         td_sampler_free(&s->smp);
     if (rc) {
         *code = rc;

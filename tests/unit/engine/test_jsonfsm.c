@@ -218,7 +218,7 @@ START_TEST(test_mask)
         td_jsonfsm_t *f = compile(schema ? SCHEMA : NULL);
         for (int walk = 0; walk < 60; walk++) {
             td_jsonmask_t *m;
-            ck_assert_int_eq(td_jsonmask_new(f, t, eos, &m), 0);
+            ck_assert_int_eq(td_jsonmask_new(f, t, eos, false, &m), 0);
             td_jsonfsm_state_t ref;
             td_jsonfsm_start(f, &ref);
             char out[4096];

@@ -126,6 +126,37 @@ START_TEST(test_adjust_fields)
     ck_assert_int_eq(sp.stop_ids[0], 4);
     ck_assert_int_eq(sp.min_tokens, 2);
     ck_assert(sp.repetition_penalty == 1.0f && sp.n_logit_bias == 0);
+    ck_assert_int_eq(sp.json_mode, 0);
+    td_api_request_free(&r);
+    /* structured outputs: json_object, json_schema (kept as compact text), Anthropic's */
+    ck_assert_int_eq(parse(TD_API_CHAT,
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                           "\"response_format\":{\"type\":\"json_object\"}}",
+                           &r, &param),
+                     0);
+    td_api_sampling(&r, &sp);
+    ck_assert_int_eq(sp.json_mode, 1);
+    td_api_request_free(&r);
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS,
+                           "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\","
+                           "\"json_schema\":{\"name\":\"p\",\"strict\":true,\"schema\":"
+                           "{ \"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+                           "\"integer\"}}}}}}",
+                           &r, &param),
+                     0);
+    td_api_sampling(&r, &sp);
+    ck_assert_int_eq(sp.json_mode, 2);
+    ck_assert_str_eq(sp.json_schema,
+                     "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}");
+    td_api_request_free(&r);
+    ck_assert_int_eq(parse(TD_API_MESSAGES,
+                           "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+                           "\"x\"}],\"output_format\":{\"type\":\"json_schema\",\"schema\":"
+                           "{\"type\":\"array\"}}}",
+                           &r, &param),
+                     0);
+    td_api_sampling(&r, &sp);
+    ck_assert_int_eq(sp.json_mode, 2);
     td_api_request_free(&r);
 }
 END_TEST
@@ -205,7 +236,14 @@ static const struct bad {
     {TD_API_CHAT, "{\"messages\":[{\"role\":\"bot\",\"content\":\"x\"}]}", TD_EINVAL, "messages", "bot"},
     {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", TD_EINVAL, "top_logprobs", "requires"},
     {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", TD_ENOTSUP, "tools", "not supported"},
-    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", TD_ENOTSUP, "response_format", "text"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"xml\"}}", TD_EINVAL, "response_format.type", "'xml'"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}", TD_EINVAL, "response_format", "object"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}", TD_EINVAL, "response_format.json_schema", "'name'"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}}", TD_EINVAL, "response_format.json_schema.name", "non-empty"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}", TD_ENOTSUP, "response_format.json_schema.schema", "'pattern'"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":5}}}", TD_EINVAL, "response_format.json_schema.schema", "schema object"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"output_format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"}}}}}", TD_ENOTSUP, "output_format.schema", "schema.properties.a.$ref"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"output_format\":{\"type\":\"json\"}}", TD_EINVAL, "output_format.type", "json_schema"},
     {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}", TD_EINVAL, "chat_template_kwargs.enable_thinking", "boolean"},
     {TD_API_MESSAGES, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", TD_EINVAL, "max_tokens", "required"},
     {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", TD_EINVAL, "messages", "messages.0.role"},
