@@ -38,6 +38,8 @@ static void usage(FILE *out)
             "      --prompt TEXT | --messages JSON | --prompt-ids 1,2,3\n"
             "      --max-tokens N  --temperature T  --top-k K  --top-p P  --min-p P  --seed N\n"
             "      --stop STRING (repeatable)  --stop-ids 1,2  --ignore-eos  --logprobs N\n"
+            "      --presence-penalty X  --frequency-penalty X  --repetition-penalty X\n"
+            "      --min-tokens N  --logit-bias ID:BIAS,...\n"
             "      --ids           print the generated token ids (`output ids: ...`) too\n"
             "  batch FILE             run every JSON line of FILE ({\"prompt\"|\"prompt_ids\"|\n"
             "                         \"messages\", \"max_tokens\", \"temperature\", \"top_k\",\n"
