@@ -551,6 +551,11 @@ void td_api_request_free(td_api_request_t *r)
     free(r->logit_bias_ids);
     free(r->logit_bias_values);
     free(r->json_schema);
+    for (size_t i = 0; i < r->n_bad_words; i++)
+        free(r->bad_words[i]);
+    free(r->bad_words);
+    free(r->bad_word_ids);
+    free(r->bad_word_lens);
     free(r->model);
     free(r->user);
     memset(r, 0, sizeof(*r));

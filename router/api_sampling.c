@@ -1,9 +1,10 @@
-/* api_sampling.c: the request fields that adjust logits (logit_bias, min_tokens) into the
+/* api_sampling.c: the request fields that adjust logits (logit_bias, min_tokens, bad_words) into the
  * request model, and the request model's sampling settings into the engine's td_sampling_t. The
  * penalties (presence, frequency, repetition) are plain numbers parsed with the rest in api.c. */
 #include "api.h"
 #include "td_error.h"
 #include "td_jsonfsm.h"
+#include "td_tokenizer.h"
 #include "td_util.h"
 
 #include <errno.h>
@@ -58,9 +59,88 @@ static int parse_logit_bias(json_object *v, td_api_request_t *r, const char **pa
     return 0;
 }
 
+#define MAX_BAD_WORDS 128
+
+static int parse_bad_words(json_object *v, td_api_request_t *r, const char **param)
+{
+    if (!json_object_is_type(v, json_type_array))
+        return bad(param, "bad_words", "'bad_words' must be an array of strings");
+    size_t n = json_object_array_length(v);
+    if (n > MAX_BAD_WORDS)
+        return bad(param, "bad_words", "'bad_words' holds %zu strings; at most %d are allowed", n,
+                   MAX_BAD_WORDS);
+    if (!(r->bad_words = td_calloc(n + 1, sizeof(char *))))
+        return td_err_set(TD_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_object *w = json_object_array_get_idx(v, i);
+        if (!json_object_is_type(w, json_type_string) || !json_object_get_string_len(w))
+            return bad(param, "bad_words", "'bad_words[%zu]' must be a non-empty string", i);
+        if (!(r->bad_words[i] = td_strdup(json_object_get_string(w))))
+            return td_err_set(TD_ENOMEM, "out of memory");
+        r->n_bad_words = i + 1;
+    }
+    return 0;
+}
+
+/* Whether ids[0..n) is already one of r's banned sequences. */
+static bool have_seq(const td_api_request_t *r, const int32_t *ids, size_t n)
+{
+    const int32_t *p = r->bad_word_ids;
+    for (size_t i = 0; i < r->n_bad_seqs; p += r->bad_word_lens[i++])
+        if (r->bad_word_lens[i] == n && !memcmp(p, ids, n * sizeof(int32_t)))
+            return true;
+    return false;
+}
+
+int td_api_tokenize_bad_words(td_api_request_t *r, const td_tokenizer_t *tok, const char **param)
+{
+    if (!r->n_bad_words)
+        return 0;
+    size_t total = 0;
+    r->bad_word_ids = td_calloc(TD_SAMPLER_MAX_BAD, sizeof(int32_t));
+    r->bad_word_lens = td_calloc(r->n_bad_words * 2, sizeof(uint32_t));
+    if (!r->bad_word_ids || !r->bad_word_lens)
+        return td_err_set(TD_ENOMEM, "out of memory");
+    td_buf_t b;
+    td_buf_init(&b);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < r->n_bad_words; i++) {
+        const char *w = r->bad_words[i];
+        while (*w == ' ')
+            w++; /* as vLLM: the word stripped of leading spaces, then with one */
+        for (int space = 0; !rc && space < 2; space++) {
+            b.len = 0;
+            if (space)
+                td_buf_append_char(&b, ' ');
+            td_buf_append_str(&b, w);
+            td_tokens_t t;
+            td_tokens_init(&t);
+            rc = td_tokenizer_encode(tok, b.data ? b.data : "", b.len, false, &t);
+            if (!rc && t.len && !have_seq(r, t.ids, t.len)) {
+                if (total + t.len > TD_SAMPLER_MAX_BAD)
+                    rc = bad(param, "bad_words", "'bad_words' tokenize to more than %d tokens",
+                             TD_SAMPLER_MAX_BAD);
+                else {
+                    memcpy(r->bad_word_ids + total, t.ids, t.len * sizeof(int32_t));
+                    total += t.len;
+                    r->bad_word_lens[r->n_bad_seqs++] = (uint32_t)t.len;
+                }
+            }
+            td_tokens_free(&t);
+        }
+    }
+    td_buf_free(&b);
+    return rc;
+}
+
 int td_api_parse_adjust(json_object *o, td_api_request_t *r, const char **param)
 {
     json_object *v;
+    if (json_object_object_get_ex(o, "bad_words", &v) && v) {
+        int rc = parse_bad_words(v, r, param);
+        if (rc)
+            return rc;
+    }
     if (json_object_object_get_ex(o, "logit_bias", &v) && v) {
         int rc = parse_logit_bias(v, r, param);
         if (rc)
@@ -173,6 +253,9 @@ void td_api_sampling(const td_api_request_t *r, td_sampling_t *out)
     out->logit_bias_ids = r->logit_bias_ids;
     out->logit_bias_values = r->logit_bias_values;
     out->n_logit_bias = (int)r->n_logit_bias;
+    out->bad_words = r->bad_word_ids;
+    out->bad_word_len = r->bad_word_lens;
+    out->n_bad_words = (int)r->n_bad_seqs;
     out->json_mode = r->json_mode;
     out->json_schema = r->json_schema;
     out->json_schema_len = r->json_schema ? strlen(r->json_schema) : 0;

@@ -482,6 +482,10 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
             goto fail;
         }
     }
+    if ((rc = td_api_tokenize_bad_words(&h->api, rt->tok, &param))) {
+        snprintf(msg, sizeof(msg), "%s", td_err_msg());
+        goto fail;
+    }
     /* context length */
     size_t longest = 0;
     for (size_t i = 0; i < n_prompts; i++)

@@ -635,6 +635,23 @@ def scenario_structured(build):
                                      output_format={"type": "json_schema", "schema": schema}),
                 schema, anthropic=True)
         print("structured outputs: %s (finish reasons)" % stats)
+        # bad_words: ban the first token greedy decoding gives (its text, tokenized by the
+        # router as vLLM does); the first token must change
+        banned = 0
+        for i in range(6):
+            body = {"prompt": "Item %d" % i, "max_tokens": 4, "temperature": 0, "logprobs": 0}
+            st, out, _ = cl.http_json("/v1/completions", body)
+            check(st == 200, "completion: %d %s" % (st, out))
+            first = out["choices"][0]["logprobs"]["tokens"][0]
+            if "\ufffd" in first or not first.strip():
+                continue
+            st, out2, _ = cl.http_json("/v1/completions", dict(body, bad_words=[first]))
+            check(st == 200, "bad_words: %d %s" % (st, out2))
+            check(out2["choices"][0]["logprobs"]["tokens"][0] != first,
+                  "bad_words %r: still the first token" % first)
+            banned += 1
+        check(banned >= 2, "only %d prompts had a plain first token to ban" % banned)
+        print("bad_words: the banned first token changed in %d requests" % banned)
         check(stats["stop"] >= 24, "only %d of 48 outputs ended on their own" % stats["stop"])
         st, out, _ = cl.http_json("/v1/chat/completions", {
             "messages": [{"role": "user", "content": "x"}], "max_tokens": 5,

@@ -1,6 +1,7 @@
 /* test_api.c: the router's request parsing and validation for OpenAI completions, chat
  * completions and Anthropic messages, including malformed bodies. */
 #include "api.h"
+#include "td_tokenizer.h"
 #include "td_error.h"
 #include "td_util.h"
 #include "td_check.h"
@@ -161,6 +162,38 @@ START_TEST(test_adjust_fields)
 }
 END_TEST
 
+/* bad_words are tokenized as vLLM does: as given and with a leading space. A byte-level BPE of
+ * a, b, c, Ġ (space), ab, bc, abc: "abc" is [6] and " abc" is [3, 6]. */
+START_TEST(test_bad_words)
+{
+    static const char tj[] =
+        "{\"version\":\"1.0\",\"added_tokens\":[],\"normalizer\":null,\"pre_tokenizer\":"
+        "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
+        "\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":"
+        "{\"a\":0,\"b\":1,\"c\":2,\"\\u0120\":3,\"ab\":4,\"bc\":5,\"abc\":6},"
+        "\"merges\":[\"b c\",\"a b\",\"a bc\"]}}";
+    td_tokenizer_t *tok;
+    ck_assert_int_eq(td_tokenizer_load_mem(tj, strlen(tj), NULL, 0, "mini", &tok), 0);
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS,
+                           "{\"prompt\":\"x\",\"bad_words\":[\"abc\",\" abc\",\"b\"]}", &r,
+                           &param),
+                     0);
+    ck_assert_int_eq(td_api_tokenize_bad_words(&r, tok, &param), 0);
+    td_sampling_t sp;
+    td_api_sampling(&r, &sp);
+    /* "abc" -> [6], " abc" -> [3, 6]; " abc" again: the same two; "b" -> [1], " b" -> [3, 1] */
+    ck_assert_int_eq(sp.n_bad_words, 4);
+    int32_t want[] = {6, 3, 6, 1, 3, 1};
+    uint32_t want_len[] = {1, 2, 1, 2};
+    ck_assert_mem_eq(sp.bad_words, want, sizeof(want));
+    ck_assert_mem_eq(sp.bad_word_len, want_len, sizeof(want_len));
+    td_api_request_free(&r);
+    td_tokenizer_free(tok);
+}
+END_TEST
+
 START_TEST(test_prompt_ids)
 {
     td_api_request_t r;
@@ -227,6 +260,9 @@ static const struct bad {
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", TD_EINVAL, "logit_bias", "not a token id"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":101}}", TD_EINVAL, "logit_bias", "[-100, 100]"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":\"up\"}}", TD_EINVAL, "logit_bias", "number"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"bad_words\":\"x\"}", TD_EINVAL, "bad_words", "array of strings"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"bad_words\":[\"\"]}", TD_EINVAL, "bad_words", "bad_words[0]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"bad_words\":[3]}", TD_EINVAL, "bad_words", "non-empty string"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"min_tokens\":-1}", TD_EINVAL, "min_tokens", "[0,"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"min_tokens\":1.5}", TD_EINVAL, "min_tokens", "integer"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"min_tokens\":9,\"max_tokens\":8}", TD_EINVAL, "min_tokens", "must not exceed"},
@@ -375,6 +411,7 @@ int main(void)
     tcase_add_test(tc, test_completions_full);
     tcase_add_test(tc, test_prompt_ids);
     tcase_add_test(tc, test_adjust_fields);
+    tcase_add_test(tc, test_bad_words);
     tcase_add_test(tc, test_bad_requests);
     tcase_add_test(tc, test_sampling_limits);
     tcase_add_test(tc, test_chat);
