@@ -708,6 +708,16 @@ reject:
     return false;
 }
 
+bool td_jsonfsm_plain_string(const td_jsonfsm_t *f, const td_jsonfsm_state_t *s)
+{
+    if (s->dead || s->done || !s->depth)
+        return false;
+    const td_jsonfsm_frame_t *fr = &s->f[s->depth - 1];
+    const node_t *n = &f->nodes[fr->node];
+    return fr->mode == F_STR && fr->sub == 0 && fr->u8 == 0 && n->max == UINT32_MAX &&
+           fr->count >= n->min;
+}
+
 bool td_jsonfsm_feed(const td_jsonfsm_t *f, td_jsonfsm_state_t *s, const void *p, size_t n)
 {
     const uint8_t *b = p;

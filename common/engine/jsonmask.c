@@ -22,7 +22,26 @@ struct td_vocab_trie {
     int32_t *tok_next; /* [vocab] the next token with the same bytes, -1: none */
     uint8_t **bytes;   /* [vocab] own copies */
     uint32_t *lens;
+    uint64_t *plain;   /* [ceil(vocab / 64)] tokens of plain string characters */
+    struct td_vocab_trie *rest; /* the other tokens (NULL in that trie itself) */
 };
+
+/* Whole UTF-8 characters, none of them a quote, backslash or control byte. */
+static bool plain_chars(const uint8_t *b, uint32_t n)
+{
+    for (uint32_t i = 0; i < n;) {
+        uint8_t c = b[i];
+        int more = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2
+                 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
+        if (more < 0 || c < 0x20 || c == '"' || c == '\\' || c == 0x7F)
+            return false;
+        for (int k = 1; k <= more; k++)
+            if (i + (uint32_t)k >= n || b[i + k] < 0x80 || b[i + k] > 0xBF)
+                return false;
+        i += (uint32_t)more + 1;
+    }
+    return n > 0;
+}
 
 static int add_node(td_vocab_trie_t *t, uint8_t b)
 {
@@ -48,6 +67,8 @@ void td_vocab_trie_free(td_vocab_trie_t *t)
     free(t->lens);
     free(t->n);
     free(t->tok_next);
+    free(t->plain);
+    td_vocab_trie_free(t->rest);
     free(t);
 }
 
@@ -56,8 +77,17 @@ int td_vocab_trie_size(const td_vocab_trie_t *t)
     return t->n_nodes;
 }
 
+static int build(const uint8_t *const *bytes, const uint32_t *lens, int vocab, bool split,
+                 td_vocab_trie_t **out);
+
 int td_vocab_trie_build(const uint8_t *const *bytes, const uint32_t *lens, int vocab,
                         td_vocab_trie_t **out)
+{
+    return build(bytes, lens, vocab, true, out);
+}
+
+static int build(const uint8_t *const *bytes, const uint32_t *lens, int vocab, bool split,
+                 td_vocab_trie_t **out)
 {
     td_vocab_trie_t *t = td_calloc(1, sizeof(*t));
     *out = NULL;
@@ -100,6 +130,25 @@ int td_vocab_trie_build(const uint8_t *const *bytes, const uint32_t *lens, int v
         }
         t->tok_next[id] = t->n[cur].token;
         t->n[cur].token = id;
+    }
+    if (split) {
+        /* the plain-character tokens as a bitmap, the others in a trie of their own */
+        uint32_t *rl = td_calloc((size_t)vocab + 1, sizeof(uint32_t));
+        t->plain = td_calloc(((size_t)vocab + 63) / 64 + 1, sizeof(uint64_t));
+        if (!rl || !t->plain) {
+            free(rl);
+            goto oom;
+        }
+        for (int id = 0; id < vocab; id++) {
+            if (plain_chars(bytes[id], lens[id]))
+                t->plain[id >> 6] |= 1ull << (id & 63);
+            else
+                rl[id] = lens[id];
+        }
+        int rc = build(bytes, rl, vocab, false, &t->rest);
+        free(rl);
+        if (rc)
+            goto oom;
     }
     *out = t;
     return 0;
@@ -174,10 +223,9 @@ static void mark(const td_vocab_trie_t *t, int32_t tok, uint64_t *bits)
         bits[tok >> 6] |= 1ull << (tok & 63);
 }
 
-/* Every token below trie node `node`, whose path bytes led the automaton to walk[d]. */
-static void dfs(td_jsonmask_t *m, int node, int d, uint64_t *bits)
+/* Every token below node `node` of trie t, whose path bytes led the automaton to walk[d]. */
+static void dfs(td_jsonmask_t *m, const td_vocab_trie_t *t, int node, int d, uint64_t *bits)
 {
-    const td_vocab_trie_t *t = m->t;
     for (int c = t->n[node].child; c >= 0; c = t->n[c].sibling) {
         td_jsonfsm_state_t *s = &m->walk[d + 1];
         memcpy(s, &m->walk[d], td_jsonfsm_state_size(&m->walk[d]));
@@ -185,7 +233,7 @@ static void dfs(td_jsonmask_t *m, int node, int d, uint64_t *bits)
             continue;
         mark(t, t->n[c].token, bits);
         if (t->n[c].child >= 0)
-            dfs(m, c, d + 1, bits);
+            dfs(m, t, c, d + 1, bits);
     }
 }
 
@@ -204,7 +252,12 @@ const uint64_t *td_jsonmask_allowed(td_jsonmask_t *m)
     e->size = sz;
     memcpy(&e->st, &m->st, sz);
     memcpy(&m->walk[0], &m->st, sz);
-    dfs(m, 0, 0, e->bits);
+    if (m->t->rest && td_jsonfsm_plain_string(m->f, &m->st)) {
+        memcpy(e->bits, m->t->plain, (size_t)m->words * sizeof(uint64_t));
+        dfs(m, m->t->rest, 0, 0, e->bits);
+    } else {
+        dfs(m, m->t, 0, 0, e->bits);
+    }
     if (m->eos >= 0 && m->eos < m->t->vocab) {
         if (td_jsonfsm_complete(m->f, &m->st))
             e->bits[m->eos >> 6] |= 1ull << (m->eos & 63);

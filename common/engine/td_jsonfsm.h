@@ -63,6 +63,9 @@ bool td_jsonfsm_byte(const td_jsonfsm_t *f, td_jsonfsm_state_t *s, uint8_t c);
 bool td_jsonfsm_feed(const td_jsonfsm_t *f, td_jsonfsm_state_t *s, const void *p, size_t n);
 /* Whether the bytes so far are a complete valid output (EOS may follow). */
 bool td_jsonfsm_complete(const td_jsonfsm_t *f, const td_jsonfsm_state_t *s);
+/* Whether s is inside a string that any run of plain characters (no quote, backslash or control
+ * byte; whole UTF-8 characters) leaves exactly as it is: no maxLength, minLength reached. */
+bool td_jsonfsm_plain_string(const td_jsonfsm_t *f, const td_jsonfsm_state_t *s);
 /* Bytes of s that matter (for hashing and comparing states). */
 size_t td_jsonfsm_state_size(const td_jsonfsm_state_t *s);
 
@@ -71,7 +74,9 @@ size_t td_jsonfsm_state_size(const td_jsonfsm_state_t *s);
 typedef struct td_vocab_trie td_vocab_trie_t;
 
 /* A byte trie of the tokens' bytes: bytes[ids i] of lens[i] bytes (len 0: a token that never
- * matches text, such as a special token). 0 or TD_ENOMEM. */
+ * matches text, such as a special token). It also sets apart the tokens of plain string
+ * characters (td_jsonfsm_plain_string): inside such a string they are all allowed at once, and
+ * only the others (a second, much smaller trie) are walked. 0 or TD_ENOMEM. */
 int td_vocab_trie_build(const uint8_t *const *bytes, const uint32_t *lens, int vocab,
                         td_vocab_trie_t **out);
 void td_vocab_trie_free(td_vocab_trie_t *t);
