@@ -1,24 +1,21 @@
 /* api.c: parsing and validating OpenAI and Anthropic request bodies (json-c, strict mode). */
-#include "api.h"
+#include "api_impl.h"
 #include "td_error.h"
 #include "td_util.h"
 
 #include <json-c/json.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Parse state: the error's parameter name travels with the code. */
-typedef struct ctx {
-    const char *param;
-    const char *body; /* the request body, for echoing a number json-c saturated */
-    size_t len;
-} ctx_t;
+typedef td_api_ctx_t ctx_t;
+#define fail td__api_fail
+#define field td__api_field
+#define type_name td__api_type_name
 
-static int fail(ctx_t *c, const char *param, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(ctx_t *c, const char *param, int code, const char *fmt, ...)
+int td__api_fail(ctx_t *c, const char *param, int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -28,7 +25,17 @@ static int fail(ctx_t *c, const char *param, int code, const char *fmt, ...)
     return code;
 }
 
-static json_object *field(json_object *o, const char *key)
+const char *td__api_param(const char *fmt, ...)
+{
+    static _Thread_local char buf[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+json_object *td__api_field(json_object *o, const char *key)
 {
     json_object *v = NULL;
     if (!json_object_object_get_ex(o, key, &v))
@@ -36,7 +43,7 @@ static json_object *field(json_object *o, const char *key)
     return v; /* NULL also for an explicit null: absent and null mean the same here */
 }
 
-static const char *type_name(json_object *v)
+const char *td__api_type_name(json_object *v)
 {
     switch (json_object_get_type(v)) {
     case json_type_null: return "null";
@@ -399,16 +406,22 @@ static int parse_chat(ctx_t *c, json_object *o, td_api_request_t *r)
         if (!json_object_is_type(kw, json_type_object))
             return fail(c, "chat_template_kwargs", TD_EINVAL,
                         "'chat_template_kwargs' must be an object");
+        static const char *const reserved[] = {"messages", "tools", "documents",
+                                               "add_generation_prompt"};
+        for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
+            if (json_object_object_get_ex(kw, reserved[i], NULL))
+                return fail(c, "chat_template_kwargs", TD_EINVAL,
+                            "'chat_template_kwargs' cannot set '%s'", reserved[i]);
         bool thinking = true;
         if ((rc = get_bool(c, kw, "enable_thinking", &thinking))) {
             c->param = "chat_template_kwargs.enable_thinking";
             return rc;
         }
         r->disable_thinking = !thinking;
+        r->template_kwargs = json_object_get(kw);
     }
-    json_object *tools = field(o, "tools");
-    if (tools && (!json_object_is_type(tools, json_type_array) || json_object_array_length(tools)))
-        return fail(c, "tools", TD_ENOTSUP, "'tools' (function calling) is not supported");
+    if ((rc = td__api_tools_openai(c, o, r)))
+        return rc;
     if ((rc = td_api_parse_response_format(o, r, &c->param)))
         return rc;
     return 0;
@@ -428,33 +441,9 @@ static int parse_messages(ctx_t *c, json_object *o, td_api_request_t *r)
     json_object *m = field(o, "messages");
     if (!m || !json_object_is_type(m, json_type_array) || json_object_array_length(m) == 0)
         return fail(c, "messages", TD_EINVAL, "'messages' must be a non-empty array");
-    json_object *all = json_object_new_array();
-    if (!all)
-        return TD_ENOMEM;
-    json_object *sys = field(o, "system");
-    if (sys) {
-        if (!json_object_is_type(sys, json_type_string) && !json_object_is_type(sys, json_type_array)) {
-            json_object_put(all);
-            return fail(c, "system", TD_EINVAL, "'system' must be a string or text blocks");
-        }
-        json_object *sm = json_object_new_object();
-        json_object_object_add(sm, "role", json_object_new_string("system"));
-        json_object_object_add(sm, "content", json_object_get(sys));
-        json_object_array_add(all, sm);
-    }
-    for (size_t i = 0; i < json_object_array_length(m); i++) {
-        json_object *e = json_object_array_get_idx(m, i);
-        json_object *role = json_object_is_type(e, json_type_object) ? field(e, "role") : NULL;
-        const char *rs = role && json_object_is_type(role, json_type_string)
-                             ? json_object_get_string(role)
-                             : "";
-        if (strcmp(rs, "user") != 0 && strcmp(rs, "assistant") != 0) {
-            json_object_put(all);
-            return fail(c, "messages", TD_EINVAL,
-                        "messages.%zu.role: must be \"user\" or \"assistant\"", i);
-        }
-        json_object_array_add(all, json_object_get(e));
-    }
+    json_object *all = NULL;
+    if ((rc = td__api_anthropic_messages(c, field(o, "system"), m, &all)))
+        return rc;
     rc = td_chat_msgs_from_json(&r->msgs, all);
     json_object_put(all);
     if (rc) {
@@ -462,12 +451,27 @@ static int parse_messages(ctx_t *c, json_object *o, td_api_request_t *r)
         return rc;
     }
     if ((rc = parse_sampling(c, o, r, 1)) || (rc = get_stop(c, o, "stop_sequences", r)) ||
+        (rc = td__api_tools_anthropic(c, o, r)) ||
         (rc = td_api_parse_response_format(o, r, &c->param)))
         return rc;
     json_object *md = field(o, "metadata");
     if (md && json_object_is_type(md, json_type_object) && (rc = get_str(c, md, "user_id", &r->user)))
         return rc;
     return 0;
+}
+
+/* OpenAI Responses: input items and instructions become messages, then as chat. */
+static int parse_responses(ctx_t *c, json_object *o, td_api_request_t *r)
+{
+    int rc;
+    if ((rc = td__api_responses(c, o, r)) || (rc = parse_sampling(c, o, r, 2)) ||
+        (rc = parse_max_tokens(c, o, "max_output_tokens", r)) || (rc = get_str(c, o, "user", &r->user)))
+        return rc;
+    if (field(o, "previous_response_id"))
+        return fail(c, "previous_response_id", TD_ENOTSUP,
+                    "'previous_response_id' is not supported: responses are not stored, send the "
+                    "whole conversation as input items");
+    return td_api_parse_response_format(o, r, &c->param);
 }
 
 int td_api_parse_object(const char *body, size_t len, json_object **out)
@@ -524,6 +528,7 @@ int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_reques
     switch (kind) {
     case TD_API_COMPLETIONS: rc = parse_completions(&c, o, out); break;
     case TD_API_CHAT: rc = parse_chat(&c, o, out); break;
+    case TD_API_RESPONSES: rc = parse_responses(&c, o, out); break;
     default: rc = parse_messages(&c, o, out); break;
     }
     json_object_put(o);
@@ -534,6 +539,11 @@ int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_reques
         td_api_request_free(out);
     }
     return rc;
+}
+
+bool td_api_tool_forced(const td_api_request_t *r)
+{
+    return r->tools && (r->tool_choice == TD_API_TOOLS_REQUIRED || r->tool_choice == TD_API_TOOLS_NAMED);
 }
 
 void td_api_request_free(td_api_request_t *r)
@@ -558,5 +568,8 @@ void td_api_request_free(td_api_request_t *r)
     free(r->bad_word_lens);
     free(r->model);
     free(r->user);
+    free(r->tool_name);
+    json_object_put(r->tools);
+    json_object_put(r->template_kwargs);
     memset(r, 0, sizeof(*r));
 }

@@ -21,7 +21,16 @@ typedef enum td_api_kind {
     TD_API_COMPLETIONS,      /* POST /v1/completions */
     TD_API_CHAT,             /* POST /v1/chat/completions */
     TD_API_MESSAGES,         /* POST /v1/messages (Anthropic) */
+    TD_API_RESPONSES,        /* POST /v1/responses (OpenAI Responses) */
 } td_api_kind_t;
+
+/* What `tool_choice` asks (OpenAI auto/none/required/{function}; Anthropic auto/none/any/tool). */
+typedef enum td_api_tool_choice {
+    TD_API_TOOLS_AUTO = 0, /* the model may call tools (the default when tools are given) */
+    TD_API_TOOLS_NONE,     /* tools are rendered but the output is never parsed for calls */
+    TD_API_TOOLS_REQUIRED, /* a call is forced (the first tool's, see docs/api.md) */
+    TD_API_TOOLS_NAMED,    /* a call of tool_name is forced */
+} td_api_tool_choice_t;
 
 #define TD_API_MAX_STOP 16      /* stop strings per request */
 #define TD_API_MAX_N 16         /* choices per request */
@@ -78,6 +87,12 @@ typedef struct td_api_request {
     bool include_usage;          /* stream_options.include_usage */
     bool add_generation_prompt;  /* chat: default true */
     bool disable_thinking;       /* chat_template_kwargs.enable_thinking == false */
+    struct json_object *template_kwargs; /* chat_template_kwargs (an object), or NULL; owned */
+    /* tools, in OpenAI's form whatever the API ({"type":"function","function":{name,
+     * description, parameters}}); NULL when the request has none */
+    struct json_object *tools;   /* owned */
+    td_api_tool_choice_t tool_choice;
+    char *tool_name;             /* TD_API_TOOLS_NAMED: the function; REQUIRED: the first tool */
     char *user;                  /* OpenAI `user`, or Anthropic metadata.user_id; may be NULL */
 } td_api_request_t;
 
@@ -107,6 +122,9 @@ int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_reques
  * object) with td_err_msg saying which, TD_ENOMEM. */
 struct json_object;
 int td_api_parse_object(const char *body, size_t len, struct json_object **out);
+
+/* Whether a call is forced (tool_choice required or named). */
+bool td_api_tool_forced(const td_api_request_t *r);
 
 /* The engine's sampling settings a parsed request asks for (td_sampling_defaults, then
  * temperature, top_k, top_p, min_p, stop_token_ids, ignore_eos, and logprobs: -1 unless asked,

@@ -194,6 +194,30 @@ int td_api_parse_response_format(json_object *o, td_api_request_t *r, const char
         json_object_object_get_ex(rf, "schema", &v);
         return take_schema(v, r, param, "output_format.schema");
     }
+    if (r->kind == TD_API_RESPONSES) {
+        /* Responses: text.format {"type": "json_schema", "name", "schema", "strict"} (flat) */
+        if (!json_object_object_get_ex(o, "text", &v) || !v || !json_object_is_type(v, json_type_object) ||
+            !json_object_object_get_ex(v, "format", &rf) || !rf)
+            return 0;
+        if (!json_object_is_type(rf, json_type_object) || !json_object_object_get_ex(rf, "type", &t) ||
+            !json_object_is_type(t, json_type_string))
+            return bad(param, "text.format", "'text.format' must be an object with a 'type'");
+        const char *ty = json_object_get_string(t);
+        if (!strcmp(ty, "text"))
+            return 0;
+        if (!strcmp(ty, "json_object")) {
+            r->json_mode = 1;
+            return 0;
+        }
+        if (strcmp(ty, "json_schema") != 0)
+            return bad(param, "text.format.type",
+                       "'text.format.type' must be 'text', 'json_object' or 'json_schema'");
+        if (!json_object_object_get_ex(rf, "name", &v) || !json_object_is_type(v, json_type_string) ||
+            !json_object_get_string_len(v))
+            return bad(param, "text.format.name", "'text.format.name' must be a non-empty string");
+        json_object_object_get_ex(rf, "schema", &v);
+        return take_schema(v, r, param, "text.format.schema");
+    }
     if (!json_object_object_get_ex(o, "response_format", &rf) || !rf)
         return 0;
     if (!json_object_is_type(rf, json_type_object) || !json_object_object_get_ex(rf, "type", &t) ||

@@ -1,10 +1,11 @@
 /* http_api.c: the router's HTTP API: OpenAI completions and chat completions, Anthropic messages
- * (whole and streamed), /v1/models, vLLM's /tokenize and /detokenize, /health and /metrics.
+ * (whole and streamed, with tool calls), and the route table (the other endpoints: http_misc.c).
  * Requests become jobs (reqs_job.c); this file turns the job's events into response bytes with
  * response.c. */
 #include "router.h"
 
 #include "auth.h"
+#include "toolparse.h"
 #include "http_impl.h"
 #include "td_error.h"
 #include "td_frame.h"
@@ -43,6 +44,7 @@ typedef struct hchoice {
     size_t text_len; /* bytes of text released so far */
     td_resp_finish_t finish;
     const char *stop; /* the stop string that ended it (owned by the job) */
+    td_tool_stream_t ts; /* streaming with tools: text held back while a call may follow */
 } hchoice_t;
 
 typedef struct hjob {
@@ -61,17 +63,16 @@ typedef struct hjob {
     td_buf_t out; /* stream bytes to write on the next flush */
     bool canceled;
     td_http_grant_t grant; /* what a keyed request's admission charged (http_access.c) */
+    td_tool_fmt_t tool_fmt; /* TD_TOOL_FMT_NONE: outputs are not parsed for calls */
+    char *prefill;          /* a forced call's opening, prefilled after the prompt, or NULL */
+    td_resp_blocks_t blocks;
+    td_resp_rstate_t rs; /* Responses API stream state */
+    char msg_id[64];     /* Responses: the message item's id */
 } hjob_t;
 
 #define MAX_SEQS (TD_API_MAX_N * 16)
 
-static bool authorized(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind)
-{
-    td_apikey_t *k;
-    return td__http_authorized(rt, r, kind, &k);
-}
-
-static bool method_is(td_http_req_t *r, const char *m, td_api_kind_t kind)
+bool td__http_method_is(td_http_req_t *r, const char *m, td_api_kind_t kind)
 {
     if (td_http_method_is(r, m))
         return true;
@@ -99,7 +100,10 @@ static void hjob_free(hjob_t *h)
         td_buf_free(&h->ch[i].arena);
         free(h->ch[i].lp);
         free(h->ch[i].tops);
+        td_tool_stream_free(&h->ch[i].ts);
     }
+    free(h->prefill);
+    td_resp_rstate_free(&h->rs);
     free(h->ch);
     if (h->echo)
         for (size_t i = 0; i < h->api.n_prompts; i++)
@@ -233,6 +237,14 @@ static void ev_token(td_job_t *j, int idx, int32_t id, const Tandem__TokenLogpro
     c->text_len += len;
     if (!stream_open(h) || h->canceled)
         return;
+    if (h->tool_fmt != TD_TOOL_FMT_NONE) { /* held text goes out without logprobs */
+        td_buf_t rel;
+        td_buf_init(&rel);
+        if (td_tool_stream_feed(&c->ts, text, len, &rel) == 0 && rel.len)
+            td_resp_delta(&h->out, &h->ctx, idx, rel.data, rel.len, NULL);
+        td_buf_free(&rel);
+        return;
+    }
     if (with_lp) {
         td_resp_top_t *tops;
         td_resp_logprob_t *v = lp_views(c, c->n_lp - 1, c->n_lp, &tops);
@@ -280,6 +292,50 @@ static void usage_of(const hjob_t *h, td_resp_usage_t *u)
     }
 }
 
+static void random_id(char *out, size_t n, const char *prefix);
+
+/* Views of parsed calls with fresh ids; Anthropic's input must be a JSON object, so arguments
+ * that are not one become {} there (docs/api.md). `ids` holds [n][40]. */
+static void tool_views(const hjob_t *h, const td_tool_parsed_t *p, td_resp_tool_t *v,
+                       char (*ids)[40])
+{
+    for (size_t k = 0; k < p->n_calls; k++) {
+        random_id(ids[k], sizeof(ids[k]), h->api.kind == TD_API_MESSAGES ? "toolu_" : "call_");
+        const char *args = p->calls[k].arguments;
+        if (h->api.kind == TD_API_MESSAGES) {
+            json_object *o = json_tokener_parse(args);
+            if (!o || !json_object_is_type(o, json_type_object))
+                args = "{}";
+            json_object_put(o);
+        }
+        v[k] = (td_resp_tool_t){ids[k], p->calls[k].name, args};
+    }
+}
+
+/* Streaming with tools: send what the choice held back (text, then its calls); the finish
+ * reason becomes TD_RESP_TOOLS when there were calls. */
+static td_resp_finish_t flush_tools(hjob_t *h, int idx, td_resp_finish_t why)
+{
+    td_tool_parsed_t p;
+    if (td_tool_stream_end(&h->ch[idx].ts, &p) != 0)
+        return why;
+    if (p.text_len)
+        td_resp_delta(&h->out, &h->ctx, idx, p.text, p.text_len, NULL);
+    td_resp_tool_t *v = p.n_calls ? td_calloc(p.n_calls, sizeof(*v)) : NULL;
+    char(*ids)[40] = p.n_calls ? td_calloc(p.n_calls, sizeof(*ids)) : NULL;
+    if (v && ids) {
+        tool_views(h, &p, v, ids);
+        for (size_t k = 0; k < p.n_calls; k++)
+            td_resp_tool_call(&h->out, &h->ctx, idx, (int)k, &v[k]);
+        if (why != TD_RESP_ABORT)
+            why = TD_RESP_TOOLS;
+    }
+    free(v);
+    free(ids);
+    td_tool_parsed_free(&p);
+    return why;
+}
+
 static void ev_finish(td_job_t *j, int idx, td_resp_finish_t why, const char *stop)
 {
     hjob_t *h = j->ud;
@@ -293,6 +349,8 @@ static void ev_finish(td_job_t *j, int idx, td_resp_finish_t why, const char *st
                          s->completion_tokens ? s->completion_tokens : s->n_tokens,
                          s->cached_tokens};
     h->ctx.stop_sequence = stop;
+    if (h->tool_fmt != TD_TOOL_FMT_NONE)
+        why = flush_tools(h, idx, why);
     td_resp_finish(&h->out, &h->ctx, idx, why, &u);
     write_out(h);
 }
@@ -319,6 +377,9 @@ static void ev_done(td_job_t *j)
     td_resp_logprob_t *views[MAX_SEQS] = {0};
     td_resp_top_t *tops[MAX_SEQS] = {0};
     td_buf_t texts[MAX_SEQS];
+    td_tool_parsed_t parsed[MAX_SEQS];
+    td_resp_tool_t *tv[MAX_SEQS] = {0};
+    char(*tids[MAX_SEQS])[40] = {0};
     size_t n = (size_t)(h->api.n > 0 ? h->api.n : 1);
     for (size_t i = 0; i < j->n_seqs; i++) {
         const td_seq_t *s = &j->seqs[i];
@@ -336,6 +397,27 @@ static void ev_done(td_job_t *j)
         }
         ch[i] = (td_resp_choice_t){texts[i].data ? texts[i].data : "", texts[i].len,
                                    h->ch[i].finish, views[i], views[i] ? h->ch[i].n_lp : 0};
+        memset(&parsed[i], 0, sizeof(parsed[i]));
+        if (h->tool_fmt == TD_TOOL_FMT_NONE)
+            continue;
+        td_buf_t all;
+        td_buf_init(&all);
+        if (h->prefill)
+            td_buf_append_str(&all, h->prefill);
+        td_buf_append(&all, s->text.data ? s->text.data : "", s->text.len);
+        if (td_tool_parse(h->tool_fmt, all.data ? all.data : "", all.len, &parsed[i]) == 0) {
+            ch[i].text = parsed[i].text;
+            ch[i].len = parsed[i].text_len;
+            if (parsed[i].n_calls && (tv[i] = td_calloc(parsed[i].n_calls, sizeof(*tv[i]))) &&
+                (tids[i] = td_calloc(parsed[i].n_calls, sizeof(*tids[i])))) {
+                tool_views(h, &parsed[i], tv[i], tids[i]);
+                ch[i].tools = tv[i];
+                ch[i].n_tools = parsed[i].n_calls;
+                if (ch[i].finish != TD_RESP_ABORT)
+                    ch[i].finish = TD_RESP_TOOLS;
+            }
+        }
+        td_buf_free(&all);
     }
     h->ctx.stop_sequence = h->ch[0].stop;
     td_buf_t out;
@@ -350,6 +432,9 @@ static void ev_done(td_job_t *j)
         td_buf_free(&texts[i]);
         free(views[i]);
         free(tops[i]);
+        td_tool_parsed_free(&parsed[i]);
+        free(tv[i]);
+        free(tids[i]);
     }
     hjob_free(h);
 }
@@ -421,7 +506,7 @@ static int prompt_tokens(td_router_t *rt, const td_api_prompt_t *p, td_tokens_t 
 static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind)
 {
     td_apikey_t *key;
-    if (!method_is(r, "POST", kind) || !td__http_authorized(rt, r, kind, &key))
+    if (!td__http_method_is(r, "POST", kind) || !td__http_authorized(rt, r, kind, &key))
         return;
     hjob_t *h = td_calloc(1, sizeof(*h));
     if (!h) {
@@ -461,17 +546,38 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
         param = "prompt";
         goto fail;
     }
+    td_chat_opts_t copts = {
+        .add_generation_prompt = kind == TD_API_MESSAGES || h->api.add_generation_prompt,
+        .disable_thinking = h->api.disable_thinking,
+        .tools = h->api.tools,
+        .kwargs = h->api.template_kwargs,
+    };
+    if (h->api.tools && h->api.tool_choice != TD_API_TOOLS_NONE)
+        h->tool_fmt = (td_tool_fmt_t)rt->tool_fmt;
+    if (td_api_tool_forced(&h->api)) {
+        td_buf_t pf;
+        td_buf_init(&pf);
+        if (td_tool_prefill(h->tool_fmt, h->api.tool_name, &pf) != 0) {
+            td_buf_free(&pf);
+            snprintf(msg, sizeof(msg),
+                     "'tool_choice' forces a call, but this model's tool-call format is unknown "
+                     "(set the router's tool_parser)");
+            param = "tool_choice";
+            goto fail;
+        }
+        h->prefill = td_buf_steal(&pf, NULL);
+    }
     for (size_t i = 0; i < n_prompts; i++, n_toks++) {
         td_tokens_init(&toks[i]);
         if (kind == TD_API_COMPLETIONS)
             rc = prompt_tokens(rt, &h->api.prompts[i], &toks[i]);
         else
-            rc = td_router_chat_tokens(rt, &h->api.msgs,
-                                       kind == TD_API_MESSAGES || h->api.add_generation_prompt,
-                                       h->api.disable_thinking, &toks[i]);
+            rc = td_router_chat_render(rt, &h->api.msgs, &copts, h->prefill, &toks[i]);
         if (rc) {
             snprintf(msg, sizeof(msg), "%s", td_err_msg());
-            param = kind == TD_API_COMPLETIONS ? "prompt" : "messages";
+            param = kind == TD_API_COMPLETIONS  ? "prompt"
+                    : kind == TD_API_RESPONSES ? "input"
+                                               : "messages";
             n_toks++;
             goto fail;
         }
@@ -490,7 +596,9 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
     size_t longest = 0;
     for (size_t i = 0; i < n_prompts; i++)
         longest = TD_MAX(longest, toks[i].len);
-    const char *what = kind == TD_API_COMPLETIONS ? "prompt" : "messages";
+    const char *what = kind == TD_API_COMPLETIONS  ? "prompt"
+                       : kind == TD_API_RESPONSES ? "input"
+                                                  : "messages";
     if (longest >= (size_t)rt->max_ctx ||
         (h->api.max_tokens > 0 && longest + (uint64_t)h->api.max_tokens > (uint64_t)rt->max_ctx)) {
         if (h->api.max_tokens > 0)
@@ -518,9 +626,19 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
         status = 500;
         goto fail;
     }
-    for (size_t i = 0; i < h->n_seqs; i++)
-        td_buf_init(&h->ch[i].arena);
     td_job_t *j = h->job;
+    for (size_t i = 0; i < h->n_seqs; i++) {
+        td_buf_init(&h->ch[i].arena);
+        if (h->tool_fmt != TD_TOOL_FMT_NONE) {
+            if (td_tool_stream_init(&h->ch[i].ts, h->tool_fmt, h->prefill) != 0) {
+                snprintf(msg, sizeof(msg), "out of memory");
+                status = 500;
+                goto fail;
+            }
+            if (td_tool_fmt_needs_special(h->tool_fmt)) /* the markers are special tokens */
+                td_detok_init(&j->seqs[i].detok, false);
+        }
+    }
     td_sampling_t sp;
     td_api_sampling(&h->api, &sp);
     if (td_job_set_sampling(j, &sp)) {
@@ -576,21 +694,25 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
         }
     }
     /* the response context */
-    random_id(h->id, sizeof(h->id),
-              kind == TD_API_CHAT       ? "chatcmpl-"
-              : kind == TD_API_MESSAGES ? "msg_"
-                                        : "cmpl-");
+    static const char *const id_prefix[] = {"cmpl-", "chatcmpl-", "msg_", "resp_"};
+    static const char *const front[] = {"completions", "chat", "messages", "responses"};
+    random_id(h->id, sizeof(h->id), id_prefix[kind]);
     h->ctx.kind = kind;
     h->ctx.id = h->id;
-    td_job_set_client(j, kind == TD_API_CHAT ? "chat" : kind == TD_API_MESSAGES ? "messages"
-                                                                                : "completions",
-                      h->id, (size_t)n);
+    td_job_set_client(j, front[kind], h->id, (size_t)n);
+    if (kind == TD_API_RESPONSES) {
+        random_id(h->msg_id, sizeof(h->msg_id), "msg_");
+        h->rs.msg_id = h->msg_id;
+        h->ctx.rs = &h->rs;
+        h->ctx.max_output_tokens = h->api.max_tokens;
+    }
     h->ctx.model = rt->model_name;
     h->ctx.created = (int64_t)time(NULL);
     h->ctx.include_usage = h->api.include_usage;
     h->ctx.logprobs = h->api.logprobs;
     h->ctx.prompt_tokens = (int64_t)toks[0].len;
     h->ctx.role_sent = h->role_sent;
+    h->ctx.blocks = &h->blocks;
     for (size_t i = 0; i < n_toks; i++)
         td_tokens_free(&toks[i]);
     n_toks = 0;
@@ -625,181 +747,14 @@ static void h_chat(td_http_req_t *r, void *ud)
     handle_generate(ud, r, TD_API_CHAT);
 }
 
+static void h_responses(td_http_req_t *r, void *ud)
+{
+    handle_generate(ud, r, TD_API_RESPONSES);
+}
+
 static void h_messages(td_http_req_t *r, void *ud)
 {
     handle_generate(ud, r, TD_API_MESSAGES);
-}
-
-/* ---- other endpoints ------------------------------------------------------------------------ */
-
-static void respond_json(td_http_req_t *r, int status, td_buf_t *b)
-{
-    if (b->data)
-        td_http_respond(r, status, "application/json", b->data, b->len);
-    else
-        td_http_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
-}
-
-static void h_models(td_http_req_t *r, void *ud)
-{
-    td_router_t *rt = ud;
-    if (!method_is(r, "GET", TD_API_CHAT) || !authorized(rt, r, TD_API_CHAT))
-        return;
-    td_buf_t b;
-    td_buf_init(&b);
-    td_buf_append_str(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
-    td_buf_append_json_string(&b, rt->model_name, strlen(rt->model_name));
-    td_buf_printf(&b, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"tandem\",\"root\":",
-                  (long long)time(NULL));
-    td_buf_append_json_string(&b, rt->cfg.model, strlen(rt->cfg.model));
-    td_buf_printf(&b, ",\"parent\":null,\"max_model_len\":%d,\"permission\":[]}]}", rt->max_ctx);
-    respond_json(r, 200, &b);
-    td_buf_free(&b);
-}
-
-static void h_tokenize(td_http_req_t *r, void *ud)
-{
-    td_router_t *rt = ud;
-    if (!method_is(r, "POST", TD_API_COMPLETIONS) || !authorized(rt, r, TD_API_COMPLETIONS))
-        return;
-    size_t len;
-    const char *body = td_http_body(r, &len);
-    json_object *o, *p = NULL, *m = NULL, *v = NULL;
-    td_tokens_t t;
-    td_tokens_init(&t);
-    if (td_api_parse_object(body, len, &o) != 0) {
-        td_http_respond_error(r, 400, "invalid_request_error", NULL, NULL, "%s", td_err_msg());
-        goto out;
-    }
-    json_object_object_get_ex(o, "prompt", &p);
-    json_object_object_get_ex(o, "messages", &m);
-    if (json_object_object_get_ex(o, "model", &v) &&
-        !(json_object_is_type(v, json_type_string) &&
-          strcmp(json_object_get_string(v), rt->model_name) == 0)) {
-        td_http_respond_error(r, 404, "not_found_error", "model", "model_not_found",
-                              "The model `%.200s` does not exist.", json_object_get_string(v));
-        goto out;
-    }
-    int rc;
-    if (p && json_object_is_type(p, json_type_string)) {
-        bool special = true;
-        if (json_object_object_get_ex(o, "add_special_tokens", &v))
-            special = json_object_get_boolean(v);
-        rc = td_tokenizer_encode(rt->tok, json_object_get_string(p),
-                                 (size_t)json_object_get_string_len(p), special, &t);
-    } else if (m && json_object_is_type(m, json_type_array)) {
-        bool gen = true;
-        if (json_object_object_get_ex(o, "add_generation_prompt", &v))
-            gen = json_object_get_boolean(v);
-        td_chat_msgs_t msgs = {0};
-        rc = td_chat_msgs_from_json(&msgs, m);
-        if (!rc)
-            rc = td_router_chat_tokens(rt, &msgs, gen, false, &t);
-        td_chat_msgs_free(&msgs);
-    } else {
-        td_http_respond_error(r, 400, "invalid_request_error", "prompt", NULL,
-                              "give 'prompt' (a string) or 'messages' (an array)");
-        goto out;
-    }
-    if (rc) {
-        td_http_respond_error(r, 400, "invalid_request_error", p ? "prompt" : "messages", NULL,
-                              "%s", td_err_msg());
-        goto out;
-    }
-    td_buf_t b;
-    td_buf_init(&b);
-    td_buf_printf(&b, "{\"count\":%zu,\"max_model_len\":%d,\"tokens\":[", t.len, rt->max_ctx);
-    for (size_t i = 0; i < t.len; i++)
-        td_buf_printf(&b, "%s%d", i ? "," : "", t.ids[i]);
-    td_buf_append_str(&b, "],\"token_strs\":null}");
-    respond_json(r, 200, &b);
-    td_buf_free(&b);
-out:
-    td_tokens_free(&t);
-    if (o)
-        json_object_put(o);
-}
-
-static void h_detokenize(td_http_req_t *r, void *ud)
-{
-    td_router_t *rt = ud;
-    if (!method_is(r, "POST", TD_API_COMPLETIONS) || !authorized(rt, r, TD_API_COMPLETIONS))
-        return;
-    size_t len;
-    const char *body = td_http_body(r, &len);
-    json_object *o, *a = NULL;
-    td_tokens_t t;
-    td_tokens_init(&t);
-    if (td_api_parse_object(body, len, &o) != 0) {
-        td_http_respond_error(r, 400, "invalid_request_error", NULL, NULL, "%s", td_err_msg());
-        goto out;
-    }
-    if (!json_object_object_get_ex(o, "tokens", &a) || !json_object_is_type(a, json_type_array)) {
-        td_http_respond_error(r, 400, "invalid_request_error", "tokens", NULL,
-                              "the body must be a JSON object with 'tokens' (an array of ids)");
-        goto out;
-    }
-    for (size_t i = 0; i < json_object_array_length(a); i++) {
-        json_object *e = json_object_array_get_idx(a, i);
-        int64_t id = json_object_get_int64(e);
-        if (!json_object_is_type(e, json_type_int) || id < 0 ||
-            (uint64_t)id >= td_tokenizer_vocab_size(rt->tok)) {
-            td_http_respond_error(r, 400, "invalid_request_error", "tokens", NULL,
-                                  "tokens[%zu] is not a token id of this model", i);
-            goto out;
-        }
-        td_tokens_push(&t, (int32_t)id);
-    }
-    td_buf_t text, b;
-    td_buf_init(&text);
-    td_buf_init(&b);
-    if (td_tokenizer_decode(rt->tok, t.ids, t.len, false, &text) != 0) {
-        td_http_respond_error(r, 400, "invalid_request_error", "tokens", NULL, "%s", td_err_msg());
-    } else {
-        td_buf_append_str(&b, "{\"prompt\":");
-        td_buf_append_json_string(&b, text.data ? text.data : "", text.len);
-        td_buf_append_char(&b, '}');
-        respond_json(r, 200, &b);
-    }
-    td_buf_free(&text);
-    td_buf_free(&b);
-out:
-    td_tokens_free(&t);
-    if (o)
-        json_object_put(o);
-}
-
-static void h_health(td_http_req_t *r, void *ud)
-{
-    td_router_t *rt = ud;
-    size_t dec = 0, pre = 0;
-    for (size_t i = 0; i < rt->n_workers; i++) {
-        const td_worker_t *w = rt->workers[i];
-        if (!w->load.alive || w->load.draining)
-            continue;
-        if (w->role == TANDEM__ROLE__ROLE_DECODE)
-            dec++;
-        else
-            pre++;
-    }
-    td_buf_t b;
-    td_buf_init(&b);
-    td_buf_printf(&b, "{\"status\":\"%s\",\"decode_workers\":%zu,\"prefill_workers\":%zu}",
-                  dec ? "ok" : "unavailable", dec, pre);
-    respond_json(r, dec && !rt->stopping ? 200 : 503, &b);
-    td_buf_free(&b);
-}
-
-static void h_metrics(td_http_req_t *r, void *ud)
-{
-    td_router_t *rt = ud;
-    td_buf_t b;
-    td_buf_init(&b);
-    if (td_metrics_render(rt->metrics, &b) != 0 || !b.data)
-        td_http_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
-    else
-        td_http_respond(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
-    td_buf_free(&b);
 }
 
 int td_http_api_start(td_router_t *rt)
@@ -817,11 +772,12 @@ int td_http_api_start(td_router_t *rt)
         {"/v1/completions", h_completions, false},
         {"/v1/chat/completions", h_chat, false},
         {"/v1/messages", h_messages, false},
-        {"/v1/models", h_models, false},
-        {"/tokenize", h_tokenize, false},
-        {"/detokenize", h_detokenize, false},
-        {"/health", h_health, false},
-        {"/metrics", h_metrics, true},
+        {"/v1/responses", h_responses, false},
+        {"/v1/models", td__http_models, false},
+        {"/tokenize", td__http_tokenize, false},
+        {"/detokenize", td__http_detokenize, false},
+        {"/health", td__http_health, false},
+        {"/metrics", td__http_metrics, true},
     };
     if (admin) {
         td_http_opts_t ao = {.max_body = 4096, .server_name = "tandem-router"};
@@ -832,7 +788,7 @@ int td_http_api_start(td_router_t *rt)
         int rc = 0;
         if (!admin || !routes[i].admin)
             rc = td_http_route(rt->http, routes[i].path, routes[i].fn, rt);
-        if (!rc && admin && (routes[i].admin || routes[i].fn == h_health))
+        if (!rc && admin && (routes[i].admin || routes[i].fn == td__http_health))
             rc = td_http_route(rt->admin, routes[i].path, routes[i].fn, rt);
         if (rc)
             return rc;

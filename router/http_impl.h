@@ -1,5 +1,5 @@
 /* http_impl.h: what the HTTP API's files share (http_api.c: the endpoints and job events;
- * http_access.c: error bodies and access checks). Loop thread only. */
+ * http_access.c: error bodies and access checks; http_misc.c: models, tokenize, health, metrics). Loop thread only. */
 #ifndef TD_ROUTER_HTTP_IMPL_H
 #define TD_ROUTER_HTTP_IMPL_H
 
@@ -38,5 +38,15 @@ bool td__http_admit(td_router_t *rt, td_http_req_t *r, td_api_kind_t kind, struc
 /* The request ended having used `used` tokens (prompt + completion): the difference goes back to
  * the key, the tenant's slot is released. No-op when nothing was charged. */
 void td__http_grant_end(td_router_t *rt, td_http_grant_t *g, uint64_t used);
+
+/* Whether the request's method is m; else 405 with Allow answered. */
+bool td__http_method_is(td_http_req_t *r, const char *m, td_api_kind_t kind);
+
+/* http_misc.c's endpoints (ud: the router). */
+void td__http_models(td_http_req_t *r, void *ud);
+void td__http_tokenize(td_http_req_t *r, void *ud);
+void td__http_detokenize(td_http_req_t *r, void *ud);
+void td__http_health(td_http_req_t *r, void *ud);
+void td__http_metrics(td_http_req_t *r, void *ud);
 
 #endif

@@ -1,6 +1,7 @@
 /* main.c: tandem-router: options, model metadata (context length, tokenizer, chat template),
  * the three listeners (HTTP API, client RPC, cluster), metrics, and orderly shutdown. */
 #include "router.h"
+#include "toolparse.h"
 
 #include "auth.h"
 #include "td_config.h"
@@ -28,6 +29,10 @@ static const td_opt_t opts[] = {
     {"chat_template", TD_OPT_STR, O(chat_template), NULL,
      "Jinja chat template file to use instead of the model's own (its tokenizer_config.json "
      "chat_template or chat_template.jinja)",
+     0, 0},
+    {"tool_parser", TD_OPT_STR, O(tool_parser), "auto",
+     "syntax of the model's tool calls: auto (from the vocabulary, see docs/api.md), "
+     "deepseek_v3, llama3_json, qwen3, harmony or none",
      0, 0},
     {"router_id", TD_OPT_STR, O(router_id), NULL,
      "this router's id in status (default: hostname:pid)", 0, 0},
@@ -159,20 +164,28 @@ int td_router_token_text(const td_router_t *rt, int32_t id, td_buf_t *out)
     return td_tokenizer_decode(rt->tok, &id, 1, false, out);
 }
 
-int td_router_chat_tokens(td_router_t *rt, const td_chat_msgs_t *msgs, bool add_gen,
-                          bool disable_thinking, td_tokens_t *out)
+int td_router_chat_render(td_router_t *rt, const td_chat_msgs_t *msgs, const td_chat_opts_t *o,
+                          const char *prefill, td_tokens_t *out)
 {
     if (!rt->have_chat)
         return td_err_set(TD_ENOTSUP, "this model has no supported chat template: use "
                                       "/v1/completions");
     td_buf_t text;
     td_buf_init(&text);
-    td_chat_opts_t o = {.add_generation_prompt = add_gen, .disable_thinking = disable_thinking};
-    int rc = td_chat_render(&rt->chat, msgs, &o, &text);
+    int rc = td_chat_render(&rt->chat, msgs, o, &text);
+    if (!rc && prefill)
+        rc = td_buf_append_str(&text, prefill);
     if (!rc)
         rc = td_tokenizer_encode(rt->tok, text.data ? text.data : "", text.len, false, out);
     td_buf_free(&text);
     return rc;
+}
+
+int td_router_chat_tokens(td_router_t *rt, const td_chat_msgs_t *msgs, bool add_gen,
+                          bool disable_thinking, td_tokens_t *out)
+{
+    td_chat_opts_t o = {.add_generation_prompt = add_gen, .disable_thinking = disable_thinking};
+    return td_router_chat_render(rt, msgs, &o, NULL, out);
 }
 
 uint64_t td_router_random_seed(void)
@@ -365,6 +378,15 @@ static int load_model(td_router_t *rt)
     rt->eos_id = td_tokenizer_special_id(rt->tok, "eos");
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer_config.json", rt->cfg.model);
+    if (!rt->cfg.tool_parser || strcmp(rt->cfg.tool_parser, "auto") == 0) {
+        rt->tool_fmt = td_tool_fmt_detect(rt->tok);
+    } else {
+        td_tool_fmt_t f;
+        if (td_tool_fmt_from_name(rt->cfg.tool_parser, &f) != 0)
+            return td_err_set(TD_EINVAL, "tool_parser: %s", td_err_msg());
+        rt->tool_fmt = (int)f;
+    }
+    TD_LOG_I("tool parser: %s", td_tool_fmt_name((td_tool_fmt_t)rt->tool_fmt));
     rc = td_chat_template_load(&rt->chat, path, rt->cfg.chat_template);
     if (rc == 0) {
         rt->have_chat = true;

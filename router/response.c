@@ -1,6 +1,7 @@
 /* response.c: OpenAI and Anthropic response bodies and SSE framing, hand-formatted (one token per
  * chunk makes this a hot path; json-c objects per token would dominate it). */
 #include "response.h"
+#include "response_impl.h"
 #include "td_error.h"
 
 #include <inttypes.h>
@@ -19,12 +20,15 @@ const char *td_resp_finish_name(td_api_kind_t kind, td_resp_finish_t why, bool s
     if (kind == TD_API_MESSAGES) {
         if (why == TD_RESP_LENGTH)
             return "max_tokens";
+        if (why == TD_RESP_TOOLS)
+            return "tool_use";
         return stop_sequence ? "stop_sequence" : "end_turn";
     }
     switch (why) {
     case TD_RESP_STOP: return "stop";
     case TD_RESP_LENGTH: return "length";
     case TD_RESP_ABORT: return "abort";
+    case TD_RESP_TOOLS: return "tool_calls";
     default: return NULL;
     }
 }
@@ -204,6 +208,8 @@ static int anthropic_start(td_buf_t *b, const td_resp_ctx_t *c)
 int td_resp_delta(td_buf_t *out, const td_resp_ctx_t *c, int index, const char *text, size_t len,
                   const td_resp_logprob_t *lp)
 {
+    if (c->kind == TD_API_RESPONSES)
+        return td__resp_r_delta(out, c, text, len);
     if (c->kind == TD_API_MESSAGES) {
         TRY(anthropic_start(out, c));
         if (!len)
@@ -236,13 +242,85 @@ int td_resp_delta(td_buf_t *out, const td_resp_ctx_t *c, int index, const char *
     return rc;
 }
 
+static int role_chunk(td_buf_t *out, const td_resp_ctx_t *c, int index)
+{
+    if (c->kind != TD_API_CHAT || c->role_sent[index])
+        return 0;
+    c->role_sent[index] = true;
+    return openai_chunk(out, c, index, "{\"role\":\"assistant\",\"content\":\"\"}", NULL, 0, NULL,
+                        NULL);
+}
+
+int td_resp_tool_call(td_buf_t *out, const td_resp_ctx_t *c, int index, int k,
+                      const td_resp_tool_t *t)
+{
+    const char *args = t->arguments ? t->arguments : "";
+    if (c->kind == TD_API_RESPONSES)
+        return td__resp_r_tool(out, c, t);
+    if (c->kind == TD_API_MESSAGES) {
+        TRY(anthropic_start(out, c));
+        if (c->blocks && !c->blocks->text_closed) {
+            c->blocks->text_closed = true;
+            TRY(anthropic_event(out, "content_block_stop"));
+            TRY(td_buf_append_str(out, "{\"type\":\"content_block_stop\",\"index\":0}\n\n"));
+        }
+        int bi = c->blocks ? ++c->blocks->n_tools : k + 1;
+        TRY(anthropic_event(out, "content_block_start"));
+        TRY(td_buf_printf(out, "{\"type\":\"content_block_start\",\"index\":%d,\"content_block\":"
+                               "{\"type\":\"tool_use\",\"id\":", bi));
+        TRY(json_cstr(out, t->id));
+        TRY(td_buf_append_str(out, ",\"name\":"));
+        TRY(json_cstr(out, t->name));
+        TRY(td_buf_append_str(out, ",\"input\":{}}}\n\n"));
+        TRY(anthropic_event(out, "content_block_delta"));
+        TRY(td_buf_printf(out, "{\"type\":\"content_block_delta\",\"index\":%d,\"delta\":"
+                               "{\"type\":\"input_json_delta\",\"partial_json\":", bi));
+        TRY(json_cstr(out, args));
+        TRY(td_buf_append_str(out, "}}\n\n"));
+        TRY(anthropic_event(out, "content_block_stop"));
+        return td_buf_printf(out, "{\"type\":\"content_block_stop\",\"index\":%d}\n\n", bi);
+    }
+    TRY(role_chunk(out, c, index));
+    td_buf_t d;
+    td_buf_init(&d);
+    int rc = td_buf_printf(&d, "{\"tool_calls\":[{\"index\":%d,\"id\":", k);
+    if (!rc)
+        rc = json_cstr(&d, t->id);
+    if (!rc)
+        rc = td_buf_append_str(&d, ",\"type\":\"function\",\"function\":{\"name\":");
+    if (!rc)
+        rc = json_cstr(&d, t->name);
+    if (!rc)
+        rc = td_buf_append_str(&d, ",\"arguments\":\"\"}}]}");
+    if (!rc)
+        rc = openai_chunk(out, c, index, d.data, NULL, 0, NULL, NULL);
+    td_buf_reset(&d);
+    if (!rc && *args) {
+        rc = td_buf_printf(&d, "{\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", k);
+        if (!rc)
+            rc = json_cstr(&d, args);
+        if (!rc)
+            rc = td_buf_append_str(&d, "}}]}");
+        if (!rc)
+            rc = openai_chunk(out, c, index, d.data, NULL, 0, NULL, NULL);
+    }
+    td_buf_free(&d);
+    return rc;
+}
+
 int td_resp_finish(td_buf_t *out, const td_resp_ctx_t *c, int index, td_resp_finish_t why,
                    const td_resp_usage_t *usage)
 {
+    if (c->kind == TD_API_RESPONSES)
+        return td__resp_r_finish(out, c, why);
     if (c->kind == TD_API_MESSAGES) {
         TRY(anthropic_start(out, c));
-        TRY(anthropic_event(out, "content_block_stop"));
-        TRY(td_buf_append_str(out, "{\"type\":\"content_block_stop\",\"index\":0}\n\n"));
+        if (!c->blocks || !c->blocks->text_closed) {
+            if (c->blocks)
+                c->blocks->text_closed = true;
+            TRY(anthropic_event(out, "content_block_stop"));
+            TRY(td_buf_append_str(out, "{\"type\":\"content_block_stop\",\"index\":0}\n\n"));
+        }
         TRY(anthropic_event(out, "message_delta"));
         TRY(td_buf_append_str(out, "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"));
         TRY(json_cstr(out, td_resp_finish_name(c->kind, why, c->stop_sequence != NULL)));
@@ -261,6 +339,8 @@ int td_resp_finish(td_buf_t *out, const td_resp_ctx_t *c, int index, td_resp_fin
 
 int td_resp_done(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_usage_t *usage)
 {
+    if (c->kind == TD_API_RESPONSES)
+        return td__resp_r_done(out, c, usage);
     if (c->kind == TD_API_MESSAGES) {
         TRY(anthropic_event(out, "message_stop"));
         return td_buf_append_str(out, "{\"type\":\"message_stop\"}\n\n");
@@ -277,6 +357,8 @@ int td_resp_done(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_usage_t *u
 int td_resp_stream_error(td_buf_t *out, const td_resp_ctx_t *c, const char *type,
                          const char *message)
 {
+    if (c->kind == TD_API_RESPONSES)
+        return td__resp_r_error(out, c, type, message);
     if (c->kind == TD_API_MESSAGES) {
         TRY(anthropic_event(out, "error"));
         TRY(td_buf_append_str(out, "{\"type\":\"error\",\"error\":{\"type\":"));
@@ -299,14 +381,33 @@ int td_resp_full(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_choice_t *
     static const td_resp_usage_t zero;
     if (!usage)
         usage = &zero;
+    if (c->kind == TD_API_RESPONSES)
+        return n ? td__resp_r_full(out, c, &choices[0], usage) : TD_EINVAL;
     if (c->kind == TD_API_MESSAGES) {
         TRY(td_buf_append_str(out, "{\"id\":"));
         TRY(json_cstr(out, c->id));
         TRY(td_buf_append_str(out, ",\"type\":\"message\",\"role\":\"assistant\",\"model\":"));
         TRY(json_cstr(out, c->model));
-        TRY(td_buf_append_str(out, ",\"content\":[{\"type\":\"text\",\"text\":"));
-        TRY(json_str(out, n ? choices[0].text : "", n ? choices[0].len : 0));
-        TRY(td_buf_append_str(out, "}],\"stop_reason\":"));
+        size_t nt = n ? choices[0].n_tools : 0;
+        size_t tl = n ? choices[0].len : 0;
+        TRY(td_buf_append_str(out, ",\"content\":["));
+        if (tl || !nt) {
+            TRY(td_buf_append_str(out, "{\"type\":\"text\",\"text\":"));
+            TRY(json_str(out, n ? choices[0].text : "", tl));
+            TRY(td_buf_append_char(out, '}'));
+        }
+        for (size_t k = 0; k < nt; k++) {
+            const td_resp_tool_t *t = &choices[0].tools[k];
+            TRY(td_buf_append_str(out, k || tl ? ",{\"type\":\"tool_use\",\"id\":"
+                                               : "{\"type\":\"tool_use\",\"id\":"));
+            TRY(json_cstr(out, t->id));
+            TRY(td_buf_append_str(out, ",\"name\":"));
+            TRY(json_cstr(out, t->name));
+            TRY(td_buf_append_str(out, ",\"input\":"));
+            TRY(td_buf_append_str(out, t->arguments && *t->arguments ? t->arguments : "{}"));
+            TRY(td_buf_append_char(out, '}'));
+        }
+        TRY(td_buf_append_str(out, "],\"stop_reason\":"));
         TRY(json_cstr(out, td_resp_finish_name(c->kind, n ? choices[0].finish : TD_RESP_STOP,
                                           c->stop_sequence != NULL)));
         TRY(td_buf_append_str(out, ",\"stop_sequence\":"));
@@ -327,7 +428,23 @@ int td_resp_full(td_buf_t *out, const td_resp_ctx_t *c, const td_resp_choice_t *
         TRY(td_buf_printf(out, "%s{\"index\":%zu,", i ? "," : "", i));
         if (chat) {
             TRY(td_buf_append_str(out, "\"message\":{\"role\":\"assistant\",\"content\":"));
-            TRY(json_str(out, ch->text, ch->len));
+            if (ch->n_tools && !ch->len)
+                TRY(td_buf_append_str(out, "null"));
+            else
+                TRY(json_str(out, ch->text, ch->len));
+            if (ch->n_tools) {
+                TRY(td_buf_append_str(out, ",\"tool_calls\":["));
+                for (size_t k = 0; k < ch->n_tools; k++) {
+                    TRY(td_buf_append_str(out, k ? ",{\"id\":" : "{\"id\":"));
+                    TRY(json_cstr(out, ch->tools[k].id));
+                    TRY(td_buf_append_str(out, ",\"type\":\"function\",\"function\":{\"name\":"));
+                    TRY(json_cstr(out, ch->tools[k].name));
+                    TRY(td_buf_append_str(out, ",\"arguments\":"));
+                    TRY(json_cstr(out, ch->tools[k].arguments ? ch->tools[k].arguments : ""));
+                    TRY(td_buf_append_str(out, "}}"));
+                }
+                TRY(td_buf_append_char(out, ']'));
+            }
             TRY(td_buf_append_str(out, "},"));
         } else {
             TRY(td_buf_append_str(out, "\"text\":"));

@@ -38,6 +38,7 @@ typedef struct td_router_cfg {
     char *model;             /* model directory (config.json, tokenizer.json, ...) */
     char *served_model_name; /* name clients use; default: the directory's basename */
     char *chat_template;     /* Jinja template file overriding the model's, or NULL */
+    char *tool_parser;       /* "auto" or a td_tool_fmt name (toolparse.h) */
     char *router_id;         /* StatusResponse.router_id; default host:pid */
     char *http_listen;       /* "host:port" of the HTTP API */
     char *rpc_listen;        /* internal client RPC */
@@ -152,6 +153,7 @@ struct td_router {
     td_tokenizer_t *tok;
     td_chat_template_t chat;
     bool have_chat;
+    int tool_fmt; /* td_tool_fmt_t: the syntax of the model's tool calls */
     int max_ctx; /* tokens: the model's context length */
     int32_t bos_id, eos_id;
     /* listeners */
@@ -407,6 +409,10 @@ int td_router_token_text(const td_router_t *rt, int32_t id, td_buf_t *out);
 /* Render a chat message list and tokenize it (no BOS added: the template writes it). */
 int td_router_chat_tokens(td_router_t *rt, const td_chat_msgs_t *msgs, bool add_gen,
                           bool disable_thinking, td_tokens_t *out);
+/* Render with full options (tools, template kwargs), append `prefill` (NULL: nothing) after the
+ * rendered prompt, and tokenize. */
+int td_router_chat_render(td_router_t *rt, const td_chat_msgs_t *msgs, const td_chat_opts_t *o,
+                          const char *prefill, td_tokens_t *out);
 /* A random 64-bit seed. */
 uint64_t td_router_random_seed(void);
 

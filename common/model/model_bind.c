@@ -57,9 +57,9 @@ int td__bind_view(td__loader_t *L, const td__tensor_t *t, int64_t rows, int64_t 
     out->dtype = (td_dtype_t)t->dtype;
     out->rows = rows;
     out->cols = cols;
-    if (t->dtype == TD_DTYPE_Q8_0 && cols % 32)
-        return td_err_set(TD_EMISMATCH, "%s: tensor \"%s\": Q8_0 rows of %lld values", t->file,
-                          t->name, (long long)cols);
+    if (cols % td_dtype_block(out->dtype))
+        return td_err_set(TD_EMISMATCH, "%s: tensor \"%s\": %s rows of %lld values", t->file,
+                          t->name, td_dtype_name(out->dtype), (long long)cols);
     size_t mat_bytes = td_dtype_row_bytes(out->dtype, cols) * (size_t)rows;
     out->data = t->data + (size_t)sub * mat_bytes;
     out->scale = NULL;
@@ -125,8 +125,8 @@ int td__get_vec(td__loader_t *L, const char *name, int64_t n, bool required, flo
     float *v = td__own(L->m, malloc((size_t)n * sizeof(float)));
     if (!v)
         return td_err_set(TD_ENOMEM, "out of memory loading \"%s\"", name);
-    if (t->dtype == TD_DTYPE_Q8_0 && n % 32)
-        return td__shape_err(t, "multiple of 32");
+    if (n % td_dtype_block((td_dtype_t)t->dtype))
+        return td__shape_err(t, "a multiple of the block");
     td__convert_f32((td_dtype_t)t->dtype, t->data, n, v);
     *out = v;
     return 0;

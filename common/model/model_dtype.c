@@ -1,5 +1,6 @@
 /* model_dtype.c: the stored dtypes of weights: their names and sizes, and conversion of rows to
- * fp32 (F16 and E4M3 through tables built once, BF16 by shifting, Q8_0 by block). */
+ * fp32 (F16 and E4M3 through tables built once, BF16 by shifting, llama.cpp's block formats Q8_0,
+ * Q4_0, Q4_K and Q6_K by block, as ggml's dequantize_row_* computes them). */
 #include "model_impl.h"
 #include "td_error.h"
 
@@ -9,7 +10,7 @@
 
 const char *td_dtype_name(td_dtype_t t)
 {
-    static const char *names[] = {"F32", "F16", "BF16", "F8_E4M3", "Q8_0"};
+    static const char *names[] = {"F32", "F16", "BF16", "F8_E4M3", "Q8_0", "Q4_0", "Q4_K", "Q6_K"};
     return (unsigned)t < TD_ARRAY_LEN(names) ? names[t] : "unknown";
 }
 
@@ -28,10 +29,42 @@ size_t td__dtype_elt_size(td_dtype_t t)
     }
 }
 
+int td_dtype_block(td_dtype_t t)
+{
+    switch (t) {
+    case TD_DTYPE_Q8_0:
+    case TD_DTYPE_Q4_0:
+        return 32;
+    case TD_DTYPE_Q4_K:
+    case TD_DTYPE_Q6_K:
+        return 256;
+    default:
+        return 1;
+    }
+}
+
+/* Bytes of one block of a block format. */
+static size_t block_bytes(td_dtype_t t)
+{
+    switch (t) {
+    case TD_DTYPE_Q8_0:
+        return 34;
+    case TD_DTYPE_Q4_0:
+        return 18;
+    case TD_DTYPE_Q4_K:
+        return 144;
+    case TD_DTYPE_Q6_K:
+        return 210;
+    default:
+        return 0;
+    }
+}
+
 size_t td_dtype_row_bytes(td_dtype_t t, int64_t cols)
 {
-    if (t == TD_DTYPE_Q8_0)
-        return (size_t)cols / 32 * 34;
+    size_t bb = block_bytes(t);
+    if (bb)
+        return (size_t)cols / (size_t)td_dtype_block(t) * bb;
     return (size_t)cols * td__dtype_elt_size(t);
 }
 
@@ -85,7 +118,78 @@ static void init_tables(void)
         e4m3_table[i] = e4m3_to_f32((uint8_t)i);
 }
 
-/* Convert n values of dtype t at src to fp32 out[n] (Q8_0: n a multiple of 32). */
+static float f16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return f16_table[h];
+}
+
+/* Q4_0 block: d, then 16 bytes: value j is the low nibble of byte j, value 16 + j its high one. */
+static void q4_0_block(const uint8_t *blk, float *out)
+{
+    float d = f16_at(blk);
+    const uint8_t *q = blk + 2;
+    for (int j = 0; j < 16; j++) {
+        out[j] = (float)((q[j] & 0xf) - 8) * d;
+        out[j + 16] = (float)((q[j] >> 4) - 8) * d;
+    }
+}
+
+/* Sub-block j's 6-bit scale and min in a Q4_K block's 12 scale bytes (ggml's get_scale_min_k4). */
+static void k4_scale_min(int j, const uint8_t *q, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Q4_K super-block: d, dmin, scales[12], qs[128]; 64 values per 32 bytes of qs (low nibbles are
+ * sub-block 2i, high nibbles 2i + 1); value = d * scale * q - dmin * min. */
+static void q4_k_block(const uint8_t *blk, float *out)
+{
+    float d = f16_at(blk), dmin = f16_at(blk + 2);
+    const uint8_t *sc = blk + 4, *q = blk + 16;
+    for (int i = 0; i < 4; i++) {
+        int s0, m0, s1, m1;
+        k4_scale_min(2 * i, sc, &s0, &m0);
+        k4_scale_min(2 * i + 1, sc, &s1, &m1);
+        float d0 = d * (float)s0, mm0 = dmin * (float)m0, d1 = d * (float)s1,
+              mm1 = dmin * (float)m1;
+        for (int l = 0; l < 32; l++) {
+            out[64 * i + l] = d0 * (float)(q[32 * i + l] & 0xf) - mm0;
+            out[64 * i + 32 + l] = d1 * (float)(q[32 * i + l] >> 4) - mm1;
+        }
+    }
+}
+
+/* Q6_K super-block: ql[128], qh[64], scales[16] (int8), d; two halves of 128 values, each from
+ * 64 bytes of ql and 32 of qh; value = d * scale * (q6 - 32) with one scale per 16 values. */
+static void q6_k_block(const uint8_t *blk, float *out)
+{
+    const uint8_t *ql = blk, *qh = blk + 128;
+    const int8_t *sc = (const int8_t *)(blk + 192);
+    float d = f16_at(blk + 208);
+    for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, out += 128) {
+        for (int l = 0; l < 32; l++) {
+            int is = l / 16;
+            int q1 = ((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            out[l] = d * (float)sc[is] * (float)q1;
+            out[l + 32] = d * (float)sc[is + 2] * (float)q2;
+            out[l + 64] = d * (float)sc[is + 4] * (float)q3;
+            out[l + 96] = d * (float)sc[is + 6] * (float)q4;
+        }
+    }
+}
+
+/* Convert n values of dtype t at src to fp32 out[n] (block formats: n a multiple of the block). */
 void td__convert_f32(td_dtype_t t, const uint8_t *src, int64_t n, float *out)
 {
     pthread_once(&tables_once, init_tables);
@@ -121,6 +225,18 @@ void td__convert_f32(td_dtype_t t, const uint8_t *src, int64_t n, float *out)
             for (int j = 0; j < 32; j++)
                 out[b * 32 + j] = d * (float)(int8_t)blk[2 + j];
         }
+        break;
+    case TD_DTYPE_Q4_0:
+        for (int64_t b = 0; b < n / 32; b++)
+            q4_0_block(src + b * 18, out + b * 32);
+        break;
+    case TD_DTYPE_Q4_K:
+        for (int64_t b = 0; b < n / 256; b++)
+            q4_k_block(src + b * 144, out + b * 256);
+        break;
+    case TD_DTYPE_Q6_K:
+        for (int64_t b = 0; b < n / 256; b++)
+            q6_k_block(src + b * 210, out + b * 256);
         break;
     default:
         TD_ASSERT(0);

@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q8_0 = 8, GGML_BF16 = 30 };
+enum { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_Q4_K = 12, GGML_Q6_K = 14,
+       GGML_BF16 = 30 };
 
 typedef struct cursor {
     const uint8_t *p;
@@ -257,6 +258,15 @@ int td__gguf_parse(td__index_t *ix, const td_mmap_t *m, const char *path)
         case GGML_Q8_0:
             t->dtype = TD_DTYPE_Q8_0;
             break;
+        case GGML_Q4_0:
+            t->dtype = TD_DTYPE_Q4_0;
+            break;
+        case GGML_Q4_K:
+            t->dtype = TD_DTYPE_Q4_K;
+            break;
+        case GGML_Q6_K:
+            t->dtype = TD_DTYPE_Q6_K;
+            break;
         default:
             t->dtype = -1;
         }
@@ -284,18 +294,15 @@ int td__gguf_parse(td__index_t *ix, const td_mmap_t *m, const char *path)
         }
         int64_t cols = t->shape[t->ndim - 1];
         uint64_t bytes;
-        if (t->dtype == TD_DTYPE_Q8_0) {
-            if (cols % 32) {
-                rc = td_err_set(TD_EPARSE,
-                                "%s: tensor \"%s\": Q8_0 rows of %lld values (not a "
-                                "multiple of 32)",
-                                path, t->name, (long long)cols);
-                goto out;
-            }
-            bytes = count / 32 * 34;
-        } else {
-            bytes = count * td__dtype_elt_size((td_dtype_t)t->dtype);
+        int blk = td_dtype_block((td_dtype_t)t->dtype);
+        if (cols % blk) {
+            rc = td_err_set(TD_EPARSE,
+                            "%s: tensor \"%s\": %s rows of %lld values (not a multiple of %d)",
+                            path, t->name, td_dtype_name((td_dtype_t)t->dtype), (long long)cols,
+                            blk);
+            goto out;
         }
+        bytes = (uint64_t)td_dtype_row_bytes((td_dtype_t)t->dtype, blk) * (count / (uint64_t)blk);
         if (too_big || offs[i] % align || offs[i] > data_len || bytes > data_len - offs[i]) {
             rc = td_err_set(TD_EPARSE,
                             "%s: tensor \"%s\": offset %llu + %llu bytes outside the %llu-byte "

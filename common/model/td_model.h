@@ -3,8 +3,8 @@
  *
  * Weights are mmapped, never copied, except small vectors (norm weights, biases, router bias),
  * which are converted to fp32 at load. Matrices keep their stored dtype (F32, F16, BF16, F8_E4M3
- * with 128x128 block scales, Q8_0) and are dequantised row by row on the fly by the backend's
- * matmul. The model owns its mappings; every td_mat_t points into them and stays valid until
+ * with 128x128 block scales, and llama.cpp's Q8_0, Q4_0, Q4_K and Q6_K blocks) and are
+ * dequantised row by row on the fly by the backend's matmul. The model owns its mappings; every td_mat_t points into them and stays valid until
  * td_model_free.
  */
 #ifndef TD_MODEL_H
@@ -22,6 +22,11 @@ typedef enum td_dtype {
     TD_DTYPE_BF16,
     TD_DTYPE_F8_E4M3, /* with a [ceil(rows/128)][ceil(cols/128)] fp32 scale (weight_scale_inv) */
     TD_DTYPE_Q8_0,    /* GGUF: blocks of 32 values: fp16 scale + 32 int8 (34 bytes) */
+    TD_DTYPE_Q4_0,    /* GGUF: blocks of 32: fp16 scale + 16 bytes of 4-bit values (18 bytes) */
+    TD_DTYPE_Q4_K,    /* GGUF: super-blocks of 256: fp16 d, dmin, 12 bytes of 6-bit scales and
+                         mins for 8 sub-blocks of 32, 128 bytes of 4-bit values (144 bytes) */
+    TD_DTYPE_Q6_K,    /* GGUF: super-blocks of 256: 128 bytes low 4 bits, 64 bytes high 2 bits,
+                         16 int8 scales of sub-blocks of 16, fp16 d (210 bytes) */
     TD_DTYPE_COUNT_
 } td_dtype_t;
 
@@ -39,8 +44,11 @@ typedef struct td_mat {
     int64_t scale_row0; /* row r of this view uses scale row (scale_row0 + r) / 128 */
 } td_mat_t;
 
-/* Bytes of one row of `cols` values of `t` (Q8_0: cols must be a multiple of 32). */
+/* Bytes of one row of `cols` values of `t` (block formats: cols a multiple of the block). */
 size_t td_dtype_row_bytes(td_dtype_t t, int64_t cols);
+
+/* Values per block of `t`: 32 (Q8_0, Q4_0), 256 (Q4_K, Q6_K), 1 for the element formats. */
+int td_dtype_block(td_dtype_t t);
 
 /* Dequantise row `r` of `m` into out[m->cols] (fp32). */
 void td_mat_row_f32(const td_mat_t *m, int64_t r, float *out);

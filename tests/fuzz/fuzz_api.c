@@ -9,7 +9,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    td_api_kind_t kind = (td_api_kind_t)(data[0] % 3);
+    td_api_kind_t kind = (td_api_kind_t)(data[0] % 4);
     td_api_request_t r;
     const char *param;
     if (td_api_parse(kind, (const char *)data + 1, size - 1, &r, &param) == 0)

@@ -69,10 +69,11 @@ async function main() {
     assert.ok(err instanceof OpenAI.RateLimitError, `expected a RateLimitError, got ${err}`);
     assert.equal(err.status, 429);
     assert.equal(err.code, 'rate_limit_exceeded');
-    assert.equal(err.headers['x-ratelimit-limit-requests'], String(rpm));
-    assert.equal(err.headers['x-ratelimit-remaining-requests'], '0');
-    assert.match(err.headers['x-ratelimit-reset-requests'], /^[0-9.]+m?s$/);
-    const ra = Number(err.headers['retry-after']);
+    // openai >= 5: the error carries a Headers object
+    assert.equal(err.headers.get('x-ratelimit-limit-requests'), String(rpm));
+    assert.equal(err.headers.get('x-ratelimit-remaining-requests'), '0');
+    assert.match(err.headers.get('x-ratelimit-reset-requests'), /^[0-9.]+m?s$/);
+    const ra = Number(err.headers.get('retry-after'));
     assert.ok(ra >= 1 && ra <= Math.ceil(windowS), `retry-after ${ra}`);
   });
 

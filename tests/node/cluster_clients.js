@@ -122,6 +122,88 @@ async function main() {
     assert.ok(final.usage.output_tokens >= 1);
   });
 
+  // Tools. A random-weight model never chooses a tool itself, so tool_choice forces the call:
+  // the router prefills the call's opening (docs/api.md) and the model's continuation is the
+  // arguments (not valid JSON here: nothing constrains them). Greedy: streamed equals whole.
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather',
+    parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+  const forced = { type: 'function', function: { name: 'get_weather' } };
+  await check('chat with a forced tool call, whole and streamed', async () => {
+    const q = { model, messages, tools, tool_choice: forced, max_tokens: 8, temperature: 0 };
+    const r = await openai.chat.completions.create(q);
+    const calls = r.choices[0].message.tool_calls;
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].type, 'function');
+    assert.equal(calls[0].function.name, 'get_weather');
+    assert.equal(typeof calls[0].function.arguments, 'string');
+    const final = await openai.chat.completions.stream(q).finalChatCompletion();
+    const sc = final.choices[0].message.tool_calls;
+    assert.equal(final.choices[0].finish_reason, 'tool_calls');
+    assert.equal(sc[0].function.name, 'get_weather');
+    assert.equal(sc[0].function.arguments, calls[0].function.arguments);
+    const req = await openai.chat.completions.create({ ...q, tool_choice: 'required' });
+    assert.equal(req.choices[0].message.tool_calls[0].function.name, 'get_weather');
+    const none = await openai.chat.completions.create({ ...q, tool_choice: 'none' });
+    assert.equal(none.choices[0].message.tool_calls, undefined);
+    await assert.rejects(openai.chat.completions.create({ ...q, tools: [{ type: 'function',
+      function: { name: 'ok' } }, { type: 'function', function: { name: 'x', parameters: 'no' } }] }),
+    (e) => e.status === 400 && e.param === 'tools[1].function.parameters');
+  });
+
+  await check('anthropic with a forced tool_use, whole and streamed', async () => {
+    const q = { model, max_tokens: 8, temperature: 0, messages: [{ role: 'user', content: 'Weather?' }],
+      tools: [{ name: 'get_weather', input_schema: { type: 'object' } }],
+      tool_choice: { type: 'tool', name: 'get_weather' } };
+    const r = await anthropic.messages.create(q);
+    const tu = r.content.find((b) => b.type === 'tool_use');
+    assert.equal(r.stop_reason, 'tool_use');
+    assert.equal(tu.name, 'get_weather');
+    assert.match(tu.id, /^toolu_/);
+    assert.equal(typeof tu.input, 'object');
+    const final = await anthropic.messages.stream(q).finalMessage();
+    const st = final.content.find((b) => b.type === 'tool_use');
+    assert.equal(final.stop_reason, 'tool_use');
+    assert.equal(st.name, 'get_weather');
+    assert.deepEqual(st.input, tu.input);
+    await assert.rejects(anthropic.messages.create({ ...q, tools: [{ name: 'get_weather' }] }),
+      (e) => e.status === 400 && /tools\.0\.input_schema/.test(e.message));
+  });
+
+  await check('responses: plain and streamed equal, instructions, a function_call_output turn', async () => {
+    const q = { model, input: 'What is disaggregated serving?', instructions: 'be brief',
+                max_output_tokens: 8, temperature: 0 };
+    const r = await openai.responses.create(q);
+    assert.equal(r.object, 'response');
+    assert.ok(['completed', 'incomplete'].includes(r.status));
+    assert.equal(r.output[0].type, 'message');
+    assert.ok(r.usage.input_tokens > 5 && r.usage.output_tokens >= 1);
+    assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+    const s = await openai.responses.create({ ...q, stream: true });
+    let text = '', last = null, seq = -1;
+    for await (const e of s) {
+      assert.equal(e.sequence_number, seq + 1);
+      seq = e.sequence_number;
+      if (e.type === 'response.output_text.delta') text += e.delta;
+      last = e;
+    }
+    assert.equal(text, r.output_text);
+    assert.ok(['response.completed', 'response.incomplete'].includes(last.type));
+    const rtools = [{ type: 'function', name: 'get_weather', parameters: { type: 'object' } }];
+    const fc = await openai.responses.create({ ...q, tools: rtools,
+                                               tool_choice: { type: 'function', name: 'get_weather' } });
+    const call = fc.output.find((o) => o.type === 'function_call');
+    assert.equal(call.name, 'get_weather');
+    assert.match(call.id, /^fc_/);
+    const turn = await openai.responses.create({ ...q, tools: rtools, input: [
+      { role: 'user', content: 'Weather?' },
+      { type: 'function_call', call_id: call.call_id, name: call.name, arguments: '{"city":"Paris"}' },
+      { type: 'function_call_output', call_id: call.call_id, output: 'sunny' }] });
+    assert.ok(turn.usage.input_tokens > r.usage.input_tokens - 10);
+    const helper = await openai.responses.stream(q).finalResponse();
+    assert.equal(helper.output_text, r.output_text);
+  });
+
   console.log(`${passed} checks passed`);
 }
 

@@ -96,7 +96,7 @@ async function main() {
     });
 
     await check('chat stream helper, logprobs and a stop string', async () => {
-      const runner = openai.beta.chat.completions.stream({
+      const runner = openai.chat.completions.stream({
         model: 'tiny', messages, max_tokens: 2, logprobs: true, top_logprobs: 2,
       });
       const final = await runner.finalChatCompletion();

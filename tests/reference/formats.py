@@ -188,9 +188,76 @@ def split_fused_experts(weights):
 # GGUF v3
 # ---------------------------------------------------------------------------------------------
 
-GGUF_F32, GGUF_F16, GGUF_Q8_0, GGUF_BF16 = 0, 1, 8, 30
-GGUF_TYPE_NAMES = {GGUF_F32: "F32", GGUF_F16: "F16", GGUF_Q8_0: "Q8_0", GGUF_BF16: "BF16"}
+GGUF_F32, GGUF_F16, GGUF_Q4_0, GGUF_Q8_0, GGUF_Q4_K, GGUF_Q6_K, GGUF_BF16 = 0, 1, 2, 8, 12, 14, 30
+GGUF_TYPE_NAMES = {GGUF_F32: "F32", GGUF_F16: "F16", GGUF_Q8_0: "Q8_0", GGUF_BF16: "BF16",
+                   GGUF_Q4_0: "Q4_0", GGUF_Q4_K: "Q4_K", GGUF_Q6_K: "Q6_K"}
 Q8_0_BLOCK = 32  # values per Q8_0 block: one f16 scale then 32 int8
+# ggml's block formats: type -> (values per block, bytes per block)
+GGUF_BLOCKS = {GGUF_Q8_0: (32, 34), GGUF_Q4_0: (32, 18), GGUF_Q4_K: (256, 144),
+               GGUF_Q6_K: (256, 210)}
+
+
+def dequant_q4_0(raw):
+    """ggml block_q4_0: f16 d, then 16 bytes; value j is low nibble of byte j, 16 + j the high
+    nibble; x = (q - 8) * d."""
+    b = np.frombuffer(raw, dtype=np.dtype([("d", "<f2"), ("qs", "u1", (16,))]))
+    d = b["d"].astype(np.float64)[:, None]
+    q = np.concatenate([b["qs"] & 0xF, b["qs"] >> 4], axis=1).astype(np.float64) - 8.0
+    return (q * d).ravel()
+
+
+def _k4_scales(sc):
+    """The 8 six-bit scales and mins packed in a Q4_K block's 12 bytes (get_scale_min_k4)."""
+    sc = sc.astype(np.int64)
+    scale = np.empty((sc.shape[0], 8), np.int64)
+    mins = np.empty((sc.shape[0], 8), np.int64)
+    scale[:, :4] = sc[:, 0:4] & 63
+    mins[:, :4] = sc[:, 4:8] & 63
+    scale[:, 4:] = (sc[:, 8:12] & 0xF) | ((sc[:, 0:4] >> 6) << 4)
+    mins[:, 4:] = (sc[:, 8:12] >> 4) | ((sc[:, 4:8] >> 6) << 4)
+    return scale, mins
+
+
+def dequant_q4_k(raw):
+    """ggml block_q4_K (256 values): f16 d, f16 dmin, 12 bytes of scales/mins, 128 bytes of
+    nibbles. Sub-block s (32 values): x = d * scale[s] * q - dmin * min[s]; bytes 32i..32i+31
+    hold sub-block 2i in their low nibbles and 2i + 1 in their high nibbles."""
+    b = np.frombuffer(raw, dtype=np.dtype([("d", "<f2"), ("dmin", "<f2"), ("sc", "u1", (12,)),
+                                           ("qs", "u1", (128,))]))
+    scale, mins = _k4_scales(b["sc"])
+    qs = b["qs"].reshape(-1, 4, 32)
+    q = np.stack([qs & 0xF, qs >> 4], axis=2).reshape(-1, 8, 32).astype(np.float64)
+    d = b["d"].astype(np.float64)[:, None, None]
+    dmin = b["dmin"].astype(np.float64)[:, None, None]
+    return (d * scale[:, :, None] * q - dmin * mins[:, :, None]).ravel()
+
+
+def dequant_q6_k(raw):
+    """ggml block_q6_K (256 values): ql[128] low 4 bits, qh[64] high 2 bits, int8 scales[16]
+    (one per 16 values), f16 d; x = d * scale * (q - 32). Each half of 128 values takes 64 bytes
+    of ql and 32 of qh: value 32k + l (k = 0..3) is nibble k // 2 of ql[l + 32 (k % 2)] with
+    bits 2k..2k+1 of qh[l]."""
+    b = np.frombuffer(raw, dtype=np.dtype([("ql", "u1", (128,)), ("qh", "u1", (64,)),
+                                           ("sc", "i1", (16,)), ("d", "<f2")]))
+    nb = b.shape[0]
+    ql = b["ql"].reshape(nb, 2, 64).astype(np.int64)
+    qh = b["qh"].reshape(nb, 2, 32).astype(np.int64)
+    q = np.empty((nb, 2, 4, 32), np.int64)
+    for k in range(4):
+        lo = ql[:, :, 32 * (k % 2):32 * (k % 2) + 32]
+        lo = lo & 0xF if k < 2 else lo >> 4
+        q[:, :, k, :] = (lo | (((qh >> (2 * k)) & 3) << 4)) - 32
+    q = q.reshape(nb, 16, 16).astype(np.float64)
+    d = b["d"].astype(np.float64)[:, None, None]
+    return (d * b["sc"].astype(np.float64)[:, :, None] * q).ravel()
+
+
+def dequant_gguf(ty, raw):
+    """Float64 values of GGUF tensor data of a block format `ty`."""
+    if ty == GGUF_Q8_0:
+        blocks = np.frombuffer(raw, dtype=np.dtype([("d", "<f2"), ("q", "i1", (32,))]))
+        return (blocks["d"].astype(np.float64)[:, None] * blocks["q"].astype(np.float64)).ravel()
+    return {GGUF_Q4_0: dequant_q4_0, GGUF_Q4_K: dequant_q4_k, GGUF_Q6_K: dequant_q6_k}[ty](raw)
 
 
 class _Reader:
@@ -269,11 +336,12 @@ def read_gguf(path):
             nbytes = 4 * n
         elif ty in (GGUF_F16, GGUF_BF16):
             nbytes = 2 * n
-        elif ty == GGUF_Q8_0:
-            if dims[0] % Q8_0_BLOCK:
-                raise FormatError("%s: tensor %s: Q8_0 row length %d not a multiple of 32" %
-                                  (path, name, dims[0]))
-            nbytes = n // Q8_0_BLOCK * 34
+        elif ty in GGUF_BLOCKS:
+            per, size = GGUF_BLOCKS[ty]
+            if dims[0] % per:
+                raise FormatError("%s: tensor %s: %s row length %d not a multiple of %d" %
+                                  (path, name, GGUF_TYPE_NAMES[ty], dims[0], per))
+            nbytes = n // per * size
         else:
             raise FormatError("%s: tensor %s: unsupported GGUF type %d" % (path, name, ty))
         start = base + off
@@ -288,8 +356,7 @@ def read_gguf(path):
         elif ty == GGUF_BF16:
             arr = bf16_to_f64(np.frombuffer(raw, "<u2"))
         else:
-            blocks = np.frombuffer(raw, dtype=np.dtype([("d", "<f2"), ("q", "i1", (32,))]))
-            arr = (blocks["d"].astype(np.float64)[:, None] * blocks["q"].astype(np.float64)).ravel()
+            arr = dequant_gguf(ty, raw)
         tensors[name] = (GGUF_TYPE_NAMES[ty], arr.reshape(list(reversed(dims))))
     return meta, tensors
 

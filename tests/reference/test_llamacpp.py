@@ -23,6 +23,7 @@ sys.dont_write_bytecode = True  # keep the source tree free of __pycache__
 sys.path.insert(0, HERE)
 
 import formats  # noqa: E402
+import llamacpp_env  # noqa: E402
 import model as refmodel  # noqa: E402
 
 TANDEM = os.environ.get("TD_TANDEM") or os.path.join(os.environ.get("TD_BUILD_ROOT", ""), "tools",
@@ -33,8 +34,7 @@ STEPS = 16
 
 
 def have_llamacpp():
-    return (os.path.exists(os.path.join(MODULES, "node-llama-cpp", "dist", "index.js")) and
-            shutil.which("node") is not None)
+    return llamacpp_env.missing() is None
 
 
 class LlamaCppTest(unittest.TestCase):
@@ -67,7 +67,7 @@ class LlamaCppTest(unittest.TestCase):
 
 if __name__ == "__main__":
     if not have_llamacpp():
-        print("SKIP: node-llama-cpp not installed under %s" % MODULES)
+        print("SKIP: %s" % llamacpp_env.missing())
         sys.exit(77)
     if not os.access(TANDEM, os.X_OK):
         print("SKIP: tandem binary not found at %s" % TANDEM)

@@ -22,6 +22,7 @@ static void mkmodel_usage(FILE *out)
             "  --preset NAME       tiny (hidden 64, 2-3 layers; default) | bench (~100M params)\n"
             "                      | llama8b (llama: Llama 3.1 8B's shapes)\n"
             "                      | dsv2lite (deepseek_v2: DeepSeek-V2-Lite's shapes)\n"
+            "                      | small (tiny with hidden 256: rows for the K-quants)\n"
             "  --layers N          N layers instead of the preset's\n"
             "  --seed N            weight seed (default 1); same seed, same bytes\n"
             "  --dtype T           safetensors dtype: f32 (default) | bf16 | f16\n"
@@ -32,7 +33,9 @@ static void mkmodel_usage(FILE *out)
             "  --tokenizer DIR     copy DIR/tokenizer.json and tokenizer_config.json; the\n"
             "                      vocabulary size becomes the tokenizer's (default: 512 ids,\n"
             "                      32000 for bench, no tokenizer files)\n"
-            "  --gguf T            also write model.gguf with matrices in f32 | f16 | q8_0\n"
+            "  --gguf T            also write model.gguf with matrices in f32 | f16 | q8_0 |\n"
+            "                      q4_0 | q4_k | q6_k | q4_k_m (ggml's reference quantizers;\n"
+            "                      rows too short for a block format take a smaller one)\n"
             "                      (llama, deepseek_v2, deepseek_v3)\n");
 }
 

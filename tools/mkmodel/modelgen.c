@@ -112,21 +112,26 @@ int td_modelgen_parse_preset(const char *s, td_modelgen_preset_t *out)
         *out = TD_MODELGEN_LLAMA8B;
     else if (td_str_eq(s, "dsv2lite"))
         *out = TD_MODELGEN_DSV2LITE;
+    else if (td_str_eq(s, "small"))
+        *out = TD_MODELGEN_SMALL;
     else
-        return td_err_set(TD_EINVAL, "unknown preset \"%s\" (tiny, bench, llama8b, dsv2lite)",
+        return td_err_set(TD_EINVAL,
+                          "unknown preset \"%s\" (tiny, bench, llama8b, dsv2lite, small)",
                           s ? s : "");
     return 0;
 }
 
 int td_modelgen_parse_dtype(const char *s, td_modelgen_dtype_t *out)
 {
-    static const char *names[] = {"f32", "f16", "bf16", "q8_0"};
+    static const char *names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q6_k", "q4_k_m"};
     for (size_t i = 0; s && i < TD_ARRAY_LEN(names); i++)
         if (strcmp(s, names[i]) == 0) {
             *out = (td_modelgen_dtype_t)i;
             return 0;
         }
-    return td_err_set(TD_EINVAL, "unknown dtype \"%s\" (f32, f16, bf16, q8_0)", s ? s : "");
+    return td_err_set(TD_EINVAL,
+                      "unknown dtype \"%s\" (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, q4_k_m)",
+                      s ? s : "");
 }
 
 /* Write `len` bytes of `data` as to_dir/name. */
@@ -148,8 +153,9 @@ int td_modelgen_write(const td_modelgen_opts_t *o, td_modelgen_info_t *info)
         return td_err_set(TD_EINVAL, "mkmodel: no output directory");
     if ((unsigned)o->arch > TD_MODELGEN_DEEPSEEK_V3)
         return td_err_set(TD_EINVAL, "mkmodel: unknown architecture %d", (int)o->arch);
-    if (o->dtype == TD_MODELGEN_Q8_0)
-        return td_err_set(TD_EINVAL, "mkmodel: --dtype q8_0 is for GGUF only (use --gguf q8_0)");
+    if (o->dtype >= TD_MODELGEN_Q8_0)
+        return td_err_set(TD_EINVAL, "mkmodel: --dtype %s is for GGUF only (use --gguf)",
+                          o->dtype == TD_MODELGEN_Q8_0 ? "q8_0" : "of a quantised type");
     if (o->fp8 && !td__mg_is_deepseek(o->arch))
         return td_err_set(TD_EINVAL, "mkmodel: --fp8 is for the DeepSeek architectures");
     if (o->fp8 && o->fused_experts)
@@ -159,7 +165,8 @@ int td_modelgen_write(const td_modelgen_opts_t *o, td_modelgen_info_t *info)
     if (o->gguf && o->arch == TD_MODELGEN_QWEN3)
         return td_err_set(TD_EINVAL, "mkmodel: --gguf supports llama, deepseek_v2, deepseek_v3");
     if (o->gguf && o->gguf_dtype == TD_MODELGEN_BF16)
-        return td_err_set(TD_EINVAL, "mkmodel: --gguf type must be f32, f16 or q8_0");
+        return td_err_set(TD_EINVAL,
+                          "mkmodel: --gguf type must be f32, f16, q8_0, q4_0, q4_k, q6_k or q4_k_m");
     if (o->shards < 0 || o->shards > 99)
         return td_err_set(TD_EINVAL, "mkmodel: --shards must be 1..99");
     if (o->preset == TD_MODELGEN_LLAMA8B && o->arch != TD_MODELGEN_LLAMA)

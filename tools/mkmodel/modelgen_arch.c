@@ -110,6 +110,13 @@ void td__mg_hp_init(mg_hp_t *h, td_modelgen_arch_t arch, td_modelgen_preset_t pr
         h->yarn_orig = 4096;
         h->max_pos = 163840;
     }
+    if (preset == TD_MODELGEN_SMALL) { /* tiny with rows of multiples of 256 */
+        h->hidden = 256;
+        if (arch == TD_MODELGEN_LLAMA)
+            h->head_dim = h->hidden / h->n_heads;
+        h->inter = td__mg_is_deepseek(arch) ? 512 : 768;
+        h->moe_inter = td__mg_is_deepseek(arch) ? 256 : 0;
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */

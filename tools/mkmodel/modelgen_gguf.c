@@ -1,5 +1,5 @@
-/* modelgen_gguf.c: the GGUF v3 copy: llama.cpp's tensor names and layouts, metadata, F32 / F16 /
- * Q8_0 data. */
+/* modelgen_gguf.c: the GGUF v3 copy: llama.cpp's tensor names and layouts, metadata, F32 / F16
+ * data or llama.cpp's block formats (Q8_0, Q4_0, Q4_K, Q6_K; modelgen_quant.c). */
 #include "modelgen_impl.h"
 
 #include <math.h>
@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { GT_F32 = 0, GT_F16 = 1, GT_Q8_0 = 8 };
 enum { GV_U32 = 4, GV_I32 = 5, GV_F32 = 6, GV_BOOL = 7, GV_STR = 8, GV_ARR = 9 };
 #define GGUF_ALIGN 32
 
@@ -19,14 +18,72 @@ typedef struct gg_entry {
     char src[96]; /* HF name (GS_STACK: "model.layers.L.mlp.experts.%d.P_proj.weight" pattern) */
     int ndim;
     int64_t ne[3]; /* GGUF order: ne[0] is the row length */
-    int type;      /* GT_* */
+    int type;      /* MG_GGML_* */
     size_t nbytes;
     size_t offset;
 } gg_entry_t;
 
 static size_t gg_bytes(int type, int64_t n)
 {
-    return type == GT_F32 ? (size_t)n * 4 : type == GT_F16 ? (size_t)n * 2 : (size_t)n / 32 * 34;
+    switch (type) {
+    case MG_GGML_F32:
+        return (size_t)n * 4;
+    case MG_GGML_F16:
+        return (size_t)n * 2;
+    case MG_GGML_Q8_0:
+        return (size_t)n / 32 * 34;
+    case MG_GGML_Q4_0:
+        return (size_t)n / 32 * 18;
+    case MG_GGML_Q4_K:
+        return (size_t)n / 256 * 144;
+    default: /* Q6_K */
+        return (size_t)n / 256 * 210;
+    }
+}
+
+/* The type a matrix with rows of ne0 values gets when `want` is asked: a block format whose
+ * block does not divide the row takes the next smaller one (Q4_K -> Q4_0, Q6_K -> Q8_0), and
+ * F16 when none fits. */
+static int gg_fit(int want, int64_t ne0)
+{
+    if ((want == MG_GGML_Q4_K || want == MG_GGML_Q6_K) && ne0 % 256)
+        want = want == MG_GGML_Q4_K ? MG_GGML_Q4_0 : MG_GGML_Q8_0;
+    if ((want == MG_GGML_Q4_0 || want == MG_GGML_Q8_0) && ne0 % 32)
+        want = MG_GGML_F16;
+    return want;
+}
+
+/* llama-quantize's use_more_bits: the layers of a Q4_K_M file whose attn_v and ffn_down get
+ * Q6_K. */
+static bool more_bits(int i, int n)
+{
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+
+/* The type asked for GGUF tensor `name` of layer `layer` (-1 outside the layers). */
+static int gg_want(const mg_ctx_t *c, const char *name, int layer)
+{
+    switch (c->o->gguf_dtype) {
+    case TD_MODELGEN_F16:
+        return MG_GGML_F16;
+    case TD_MODELGEN_Q8_0:
+        return MG_GGML_Q8_0;
+    case TD_MODELGEN_Q4_0:
+        return MG_GGML_Q4_0;
+    case TD_MODELGEN_Q4_K:
+        return MG_GGML_Q4_K;
+    case TD_MODELGEN_Q6_K:
+        return MG_GGML_Q6_K;
+    case TD_MODELGEN_Q4_K_M:
+        if (strcmp(name, "output.weight") == 0)
+            return MG_GGML_Q6_K;
+        if (layer >= 0 && (strstr(name, ".attn_v.") || strstr(name, ".ffn_down")) &&
+            more_bits(layer, c->hp.n_layers))
+            return MG_GGML_Q6_K;
+        return MG_GGML_Q4_K;
+    default:
+        return MG_GGML_F32;
+    }
 }
 
 typedef struct gg_list {
@@ -34,8 +91,9 @@ typedef struct gg_list {
     int n, cap;
 } gg_list_t;
 
-static gg_entry_t *gg_add(gg_list_t *l, const char *name, int what, const char *src, int ndim,
-                          int64_t ne0, int64_t ne1, int64_t ne2, int mat_type)
+static gg_entry_t *gg_add(const mg_ctx_t *c, gg_list_t *l, const char *name, int what,
+                          const char *src, int ndim, int64_t ne0, int64_t ne1, int64_t ne2,
+                          int layer, bool keep_f32)
 {
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 64;
@@ -55,10 +113,8 @@ static gg_entry_t *gg_add(gg_list_t *l, const char *name, int what, const char *
     e->ne[1] = ne1;
     e->ne[2] = ne2;
     int64_t n = ne0 * (ndim > 1 ? ne1 : 1) * (ndim > 2 ? ne2 : 1);
-    /* vectors stay F32 (llama.cpp does the same); Q8_0 needs rows of a multiple of 32 */
-    e->type = ndim == 1 ? GT_F32 : mat_type;
-    if (e->type == GT_Q8_0 && ne0 % 32)
-        e->type = GT_F16;
+    /* vectors stay F32 (llama.cpp does the same) */
+    e->type = ndim == 1 || keep_f32 ? MG_GGML_F32 : gg_fit(gg_want(c, name, layer), ne0);
     e->nbytes = gg_bytes(e->type, n);
     return e;
 }
@@ -66,17 +122,14 @@ static gg_entry_t *gg_add(gg_list_t *l, const char *name, int what, const char *
 static int gg_build(const mg_ctx_t *c, gg_list_t *l)
 {
     const mg_hp_t *h = &c->hp;
-    int mt = c->o->gguf_dtype == TD_MODELGEN_Q8_0  ? GT_Q8_0
-             : c->o->gguf_dtype == TD_MODELGEN_F16 ? GT_F16
-                                                   : GT_F32;
-    int H = h->hidden;
+    int H = h->hidden, i = -1;
     char g[96], s[96];
     bool ok = true;
-#define ADD(...) ok = ok && gg_add(l, __VA_ARGS__) != NULL
-    ADD("token_embd.weight", GS_PLAIN, "model.embed_tokens.weight", 2, H, h->vocab, 0, mt);
+#define ADD(...) ok = ok && gg_add(c, l, __VA_ARGS__, i, false) != NULL
+    ADD("token_embd.weight", GS_PLAIN, "model.embed_tokens.weight", 2, H, h->vocab, 0);
     if (c->o->arch == TD_MODELGEN_LLAMA)
-        ADD("rope_freqs.weight", GS_ROPE_FREQS, "", 1, h->head_dim / 2, 0, 0, GT_F32);
-    for (int i = 0; i < h->n_layers && ok; i++) {
+        ADD("rope_freqs.weight", GS_ROPE_FREQS, "", 1, h->head_dim / 2, 0, 0);
+    for (i = 0; i < h->n_layers && ok; i++) {
         const struct {
             const char *g, *hf;
         } plain[] = {
@@ -104,35 +157,35 @@ static int gg_build(const mg_ctx_t *c, gg_list_t *l)
                 continue;
             snprintf(g, sizeof(g), "blk.%d.%s.weight", i, plain[k].g);
             /* the router stays F32, as llama.cpp's converter keeps it */
-            int type = t->kind == K_ROUTER ? GT_F32 : mt;
-            ADD(g, GS_PLAIN, s, t->cols ? 2 : 1, t->cols ? t->cols : t->rows, t->rows, 0, type);
+            ok = ok && gg_add(c, l, g, GS_PLAIN, s, t->cols ? 2 : 1, t->cols ? t->cols : t->rows,
+                              t->rows, 0, i, t->kind == K_ROUTER) != NULL;
         }
         snprintf(s, sizeof(s), "model.layers.%d.self_attn.q_proj.weight", i);
         const mg_tensor_t *tq = td__mg_list_find(&c->list, s);
         if (tq) {
             snprintf(g, sizeof(g), "blk.%d.attn_q.weight", i);
             ADD(g, c->o->arch == TD_MODELGEN_LLAMA ? GS_PERMUTE_Q : GS_PLAIN, s, 2, tq->cols,
-                tq->rows, 0, mt);
+                tq->rows, 0);
         }
         snprintf(s, sizeof(s), "model.layers.%d.self_attn.k_proj.weight", i);
         const mg_tensor_t *tk = td__mg_list_find(&c->list, s);
         if (tk) {
             snprintf(g, sizeof(g), "blk.%d.attn_k.weight", i);
-            ADD(g, GS_PERMUTE_K, s, 2, tk->cols, tk->rows, 0, mt);
+            ADD(g, GS_PERMUTE_K, s, 2, tk->cols, tk->rows, 0);
         }
         snprintf(s, sizeof(s), "model.layers.%d.self_attn.kv_b_proj.weight", i);
         if (td__mg_list_find(&c->list, s)) {
             /* llama.cpp's current MLA form: k_b [n_head][kv_lora][nope] (transposed per head),
              * v_b [n_head][v][kv_lora] */
             snprintf(g, sizeof(g), "blk.%d.attn_k_b.weight", i);
-            ADD(g, GS_K_B, s, 3, h->nope, h->kv_lora, h->n_heads, mt);
+            ADD(g, GS_K_B, s, 3, h->nope, h->kv_lora, h->n_heads);
             snprintf(g, sizeof(g), "blk.%d.attn_v_b.weight", i);
-            ADD(g, GS_V_B, s, 3, h->kv_lora, h->v_dim, h->n_heads, mt);
+            ADD(g, GS_V_B, s, 3, h->kv_lora, h->v_dim, h->n_heads);
         }
         snprintf(s, sizeof(s), "model.layers.%d.mlp.gate.e_score_correction_bias", i);
         if (td__mg_list_find(&c->list, s)) {
             snprintf(g, sizeof(g), "blk.%d.exp_probs_b.bias", i);
-            ADD(g, GS_PLAIN, s, 1, h->n_exp, 0, 0, GT_F32);
+            ADD(g, GS_PLAIN, s, 1, h->n_exp, 0, 0);
         }
         if (td__mg_layer_is_moe(h, c->o->arch, i)) {
             const char *pr[3] = {"gate", "up", "down"};
@@ -140,21 +193,22 @@ static int gg_build(const mg_ctx_t *c, gg_list_t *l)
                 snprintf(g, sizeof(g), "blk.%d.ffn_%s_exps.weight", i, pr[k]);
                 snprintf(s, sizeof(s), "model.layers.%d.mlp.experts.%%d.%s_proj.weight", i, pr[k]);
                 bool down = k == 2;
-                ADD(g, GS_STACK, s, 3, down ? h->moe_inter : H, down ? H : h->moe_inter, h->n_exp,
-                    mt);
+                ADD(g, GS_STACK, s, 3, down ? h->moe_inter : H, down ? H : h->moe_inter,
+                    h->n_exp);
             }
         }
     }
-    ADD("output_norm.weight", GS_PLAIN, "model.norm.weight", 1, H, 0, 0, GT_F32);
+    i = -1;
+    ADD("output_norm.weight", GS_PLAIN, "model.norm.weight", 1, H, 0, 0);
     if (!h->tie)
-        ADD("output.weight", GS_PLAIN, "lm_head.weight", 2, H, h->vocab, 0, mt);
+        ADD("output.weight", GS_PLAIN, "lm_head.weight", 2, H, h->vocab, 0);
 #undef ADD
     if (!ok)
         return TD_ENOMEM;
     size_t off = 0;
-    for (int i = 0; i < l->n; i++) {
-        l->e[i].offset = off;
-        off = TD_ALIGN_UP(off + l->e[i].nbytes, (size_t)GGUF_ALIGN);
+    for (int k = 0; k < l->n; k++) {
+        l->e[k].offset = off;
+        off = TD_ALIGN_UP(off + l->e[k].nbytes, (size_t)GGUF_ALIGN);
     }
     return 0;
 }
@@ -244,22 +298,6 @@ static int gg_values(const mg_ctx_t *c, const gg_entry_t *e, float *out)
     return TD_EINTERNAL;
 }
 
-static void q8_0_encode(const float *v, int64_t n, uint8_t *out)
-{
-    for (int64_t b = 0; b < n / 32; b++) {
-        const float *x = v + b * 32;
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++)
-            amax = fmaxf(amax, fabsf(x[i]));
-        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        uint16_t dh = td__mg_f32_to_f16(d);
-        uint8_t *blk = out + b * 34;
-        memcpy(blk, &dh, 2);
-        for (int i = 0; i < 32; i++)
-            blk[2 + i] = (uint8_t)(int8_t)roundf(x[i] * id);
-    }
-}
-
 static int kv_str(td_buf_t *b, const char *s)
 {
     uint64_t n = strlen(s);
@@ -308,10 +346,12 @@ static int gg_metadata(const mg_ctx_t *c, const mg_tok_t *tok, td_buf_t *b, int 
     e |= kv_s(b, n, "general.architecture", a);
     e |= kv_s(b, n, "general.name", "tandem-mkmodel");
     e |= kv_u32(b, n, "general.alignment", GGUF_ALIGN);
-    e |= kv_u32(b, n, "general.file_type",
-                c->o->gguf_dtype == TD_MODELGEN_Q8_0  ? 7
-                : c->o->gguf_dtype == TD_MODELGEN_F16 ? 1
-                                                      : 0);
+    /* llama_ftype: ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q6_K 18 */
+    static const uint32_t ftype[] = {[TD_MODELGEN_F32] = 0,   [TD_MODELGEN_F16] = 1,
+                                     [TD_MODELGEN_Q8_0] = 7,  [TD_MODELGEN_Q4_0] = 2,
+                                     [TD_MODELGEN_Q4_K] = 14, [TD_MODELGEN_Q6_K] = 18,
+                                     [TD_MODELGEN_Q4_K_M] = 15};
+    e |= kv_u32(b, n, "general.file_type", ftype[c->o->gguf_dtype]);
     e |= kv_u32(b, n, K("context_length"), (uint32_t)h->max_pos);
     e |= kv_u32(b, n, K("embedding_length"), (uint32_t)h->hidden);
     e |= kv_u32(b, n, K("block_count"), (uint32_t)h->n_layers);
@@ -440,10 +480,11 @@ int td__mg_write_gguf(const mg_ctx_t *c, const mg_tok_t *tok)
             err = gg_values(c, g, vals);
         if (err)
             break;
-        if (g->type == GT_Q8_0)
-            q8_0_encode(vals, n, bytes);
+        if (g->type == MG_GGML_F32 || g->type == MG_GGML_F16)
+            td__mg_encode(g->type == MG_GGML_F16 ? TD_MODELGEN_F16 : TD_MODELGEN_F32, vals, n,
+                          bytes);
         else
-            td__mg_encode(g->type == GT_F16 ? TD_MODELGEN_F16 : TD_MODELGEN_F32, vals, n, bytes);
+            td__mg_quantize(g->type, vals, n, bytes);
         err = td__mg_file_write(&mf, bytes, g->nbytes);
         pos = g->offset + g->nbytes;
     }

@@ -95,8 +95,9 @@ int64_t td__mg_numel(const mg_tensor_t *t);
 
 /* Raw fp32 values of tensor `t`, out[numel]: a normal stream from (seed, name), scaled by kind. */
 void td__mg_gen_raw(uint64_t seed, const mg_tensor_t *t, int hidden, float *out);
-/* IEEE half of f, rounded to nearest even. */
+/* IEEE half of f, rounded to nearest even, and back. */
 uint16_t td__mg_f32_to_f16(float f);
+float td__mg_f16_to_f32(uint16_t h);
 /* DeepSeek's block quantisation of w [rows][cols]: per 128x128 block, scale = amax / 448,
  * q = e4m3(w / scale). q [rows][cols], scale [ceil(rows/128)][ceil(cols/128)]. */
 void td__mg_fp8_quantize(const float *w, int64_t rows, int64_t cols, uint8_t *q, float *scale);
@@ -109,6 +110,15 @@ int td__mg_canonical(const mg_ctx_t *c, const mg_tensor_t *t, float *out);
 int td__mg_canonical_by_name(const mg_ctx_t *c, const char *name, float *out);
 /* v[n] as dtype d (F32, F16 or BF16), little-endian, into out[n * element size]. */
 void td__mg_encode(td_modelgen_dtype_t d, const float *v, int64_t n, uint8_t *out);
+
+/* ---- modelgen_quant.c: ggml's block formats (GGML type numbers) */
+
+enum { MG_GGML_F32 = 0, MG_GGML_F16 = 1, MG_GGML_Q4_0 = 2, MG_GGML_Q8_0 = 8, MG_GGML_Q4_K = 12,
+       MG_GGML_Q6_K = 14 };
+
+/* Quantise v[n] (a multiple of the block: 32 for Q8_0 / Q4_0, 256 for Q4_K / Q6_K) into out as
+ * ggml's reference quantizer of that type does. */
+void td__mg_quantize(int ggml_type, const float *v, int64_t n, uint8_t *out);
 
 /* ---- modelgen.c: output files. Errors name the file. */
 

@@ -90,7 +90,7 @@ uint16_t td__mg_f32_to_f16(float f)
     return (uint16_t)(sign | (ax >> 13));
 }
 
-static float f16_to_f32(uint16_t h)
+float td__mg_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu;
     float v;
@@ -187,7 +187,7 @@ int td__mg_canonical(const mg_ctx_t *c, const mg_tensor_t *t, float *out)
         if (c->o->dtype == TD_MODELGEN_BF16)
             out[i] = bf16_to_f32(f32_to_bf16(out[i]));
         else if (c->o->dtype == TD_MODELGEN_F16)
-            out[i] = f16_to_f32(td__mg_f32_to_f16(out[i]));
+            out[i] = td__mg_f16_to_f32(td__mg_f32_to_f16(out[i]));
     }
     return 0;
 }

@@ -32,13 +32,20 @@ typedef enum td_modelgen_preset {
     TD_MODELGEN_BENCH,    /* about 100M parameters (vocabulary 32000 without a tokenizer) */
     TD_MODELGEN_LLAMA8B,  /* llama only: the shapes of Llama 3.1 8B (the GPU benchmarks) */
     TD_MODELGEN_DSV2LITE, /* deepseek_v2 only: the shapes of DeepSeek-V2-Lite (16B, MoE) */
+    TD_MODELGEN_SMALL,    /* tiny, but hidden 256 and MLP widths of multiples of 256, so the
+                             K-quant formats (256-value blocks) apply to most matrices */
 } td_modelgen_preset_t;
 
 typedef enum td_modelgen_dtype {
     TD_MODELGEN_F32 = 0,
     TD_MODELGEN_F16,
     TD_MODELGEN_BF16,
-    TD_MODELGEN_Q8_0, /* GGUF only */
+    TD_MODELGEN_Q8_0,   /* GGUF only, as are the rest */
+    TD_MODELGEN_Q4_0,   /* rows not a multiple of 32 stay F16 */
+    TD_MODELGEN_Q4_K,   /* rows not a multiple of 256 fall back to Q4_0 (then F16) */
+    TD_MODELGEN_Q6_K,   /* rows not a multiple of 256 fall back to Q8_0 (then F16) */
+    TD_MODELGEN_Q4_K_M, /* llama-quantize's Q4_K_M mix: Q4_K, with Q6_K for output.weight and
+                           for attn_v / ffn_down in the layers it gives more bits */
 } td_modelgen_dtype_t;
 
 typedef struct td_modelgen_opts {
@@ -51,7 +58,8 @@ typedef struct td_modelgen_opts {
     bool fused_experts;        /* experts.gate_up_proj [E][2I][H], experts.down_proj [E][H][I] */
     const char *tokenizer_dir; /* holds tokenizer.json + tokenizer_config.json, or NULL */
     bool gguf;                 /* also write model.gguf (llama, deepseek_v2/v3) */
-    td_modelgen_dtype_t gguf_dtype; /* F32, F16 or Q8_0 for matrices (vectors stay F32) */
+    td_modelgen_dtype_t gguf_dtype; /* F32, F16, Q8_0, Q4_0, Q4_K, Q6_K or Q4_K_M for matrices
+                                       (vectors and the MoE router stay F32) */
     const char *out_dir;            /* created if missing (its parent must exist) */
     int layers;                     /* > 0: this many layers instead of the preset's */
     int context;                    /* > 0: max_position_embeddings (llama, qwen3; DeepSeek: the
@@ -65,8 +73,8 @@ typedef struct td_modelgen_info {
     int n_files; /* safetensors files written */
 } td_modelgen_info_t;
 
-/* Parse "llama" / "qwen3" / "deepseek_v2" / "deepseek_v3", "tiny" / "bench", "f32" / "f16" /
- * "bf16" / "q8_0". 0 or TD_EINVAL. */
+/* Parse "llama" / "qwen3" / "deepseek_v2" / "deepseek_v3", "tiny" / "bench" / "small", "f32" /
+ * "f16" / "bf16" / "q8_0" / "q4_0" / "q4_k" / "q6_k" / "q4_k_m". 0 or TD_EINVAL. */
 int td_modelgen_parse_arch(const char *s, td_modelgen_arch_t *out);
 int td_modelgen_parse_preset(const char *s, td_modelgen_preset_t *out);
 int td_modelgen_parse_dtype(const char *s, td_modelgen_dtype_t *out);

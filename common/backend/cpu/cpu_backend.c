@@ -11,7 +11,7 @@
 
 #define SCRATCH_FLOATS                                                                             \
     65536             /* per-thread dequantisation buffer: rows are converted in chunks;           \
-                        a multiple of 2 x 128 so chunks keep Q8_0 and FP8 blocks whole */
+                        a multiple of 2 x 256 so chunks keep every block format's blocks whole */
 #define MAX_HEAD TD_CPU_MAX_HEAD /* largest head width / latent rank attention accumulates */
 
 typedef struct cpu {
@@ -143,90 +143,6 @@ typedef struct mm_job {
     const td_mat_t *W;
 } mm_job_t;
 
-/* Dequantise columns [c0, c0+n) of row r into buf (or point straight at F32 data). */
-/* Vectorised dequantisation of BF16, F16 and Q8_0 rows. Each conversion is exact (or, for Q8_0,
- * the same single fp32 product d * q) so results equal td_mat_row_f32's bit for bit. */
-typedef uint16_t v8u16 __attribute__((vector_size(16)));
-typedef uint32_t v8u32 __attribute__((vector_size(32)));
-typedef _Float16 v8hf __attribute__((vector_size(16)));
-
-TD_CPU_KERNEL static void bf16_row(const uint8_t *src, int64_t n, float *out)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8u16 h;
-        memcpy(&h, src + 2 * i, sizeof(h));
-        v8u32 u = __builtin_convertvector(h, v8u32) << 16;
-        memcpy(out + i, &u, sizeof(u));
-    }
-    for (; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, src + 2 * i, 2);
-        uint32_t u = (uint32_t)h << 16;
-        memcpy(out + i, &u, 4);
-    }
-}
-
-TD_CPU_KERNEL static void f16_row(const uint8_t *src, int64_t n, float *out)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        v8hf h;
-        memcpy(&h, src + 2 * i, sizeof(h));
-        v8f f = __builtin_convertvector(h, v8f);
-        memcpy(out + i, &f, sizeof(f));
-    }
-    for (; i < n; i++) {
-        _Float16 h;
-        memcpy(&h, src + 2 * i, 2);
-        out[i] = (float)h;
-    }
-}
-
-TD_CPU_KERNEL TD_CPU_VECTORIZE static void q8_0_row(const uint8_t *src, int64_t n, float *out)
-{
-    for (int64_t b = 0; b < n / 32; b++) {
-        const uint8_t *blk = src + b * 34;
-        const int8_t *q = (const int8_t *)(blk + 2);
-        _Float16 h;
-        memcpy(&h, blk, 2);
-        float d = (float)h, *o = out + b * 32;
-        for (int j = 0; j < 32; j++) /* a fixed-length loop the compiler vectorises */
-            o[j] = d * (float)q[j];
-    }
-}
-
-/* Columns [c0, c0 + n) of row r as fp32: straight from F32 data, else dequantised into buf. */
-static const float *row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, float *buf)
-{
-    const uint8_t *row =
-        (const uint8_t *)W->data + (size_t)r * td_dtype_row_bytes(W->dtype, W->cols);
-    /* chunks keep Q8_0 (32) and FP8 (128) blocks whole: the chunk length is a multiple of 128 */
-    const uint8_t *at = row + td_dtype_row_bytes(W->dtype, c0);
-    switch (W->dtype) {
-    case TD_DTYPE_F32:
-        return (const float *)at;
-    case TD_DTYPE_BF16:
-        bf16_row(at, n, buf);
-        return buf;
-    case TD_DTYPE_F16:
-        f16_row(at, n, buf);
-        return buf;
-    case TD_DTYPE_Q8_0:
-        q8_0_row(at, n, buf);
-        return buf;
-    default: {
-        td_mat_t sub = *W; /* F8: the model's converter with this chunk's scales */
-        sub.cols = n;
-        sub.data = at;
-        sub.scale_row0 = W->scale_row0 + r;
-        sub.scale = W->scale + c0 / 128;
-        td_mat_row_f32(&sub, 0, buf);
-        return buf;
-    }
-    }
-}
-
 /* Add o to out[t][r], or store it for the first column chunk. */
 static inline void put(const mm_job_t *j, int64_t t, int64_t r, int64_t c0, float o)
 {
@@ -247,8 +163,14 @@ static void mm_rows(void *arg, int64_t r0, int64_t r1, int tid)
         bool pair = step == 2 && r + 1 < r1;
         for (int64_t c0 = 0; c0 < W->cols; c0 += chunk) {
             int64_t n = TD_MIN(chunk, W->cols - c0), t = 0;
-            const float *w0 = row_chunk(W, r, c0, n, buf);
-            const float *w1 = pair ? row_chunk(W, r + 1, c0, n, buf + chunk) : NULL;
+            float o1;
+            /* one token: straight from the blocks where a kernel exists (the same sum) */
+            if (j->T == 1 && td__cpu_dot_row(W, r, c0, n, j->x + c0, &o1)) {
+                put(j, 0, r, c0, o1);
+                continue;
+            }
+            const float *w0 = td__cpu_row_chunk(W, r, c0, n, buf);
+            const float *w1 = pair ? td__cpu_row_chunk(W, r + 1, c0, n, buf + chunk) : NULL;
             for (; t + 4 <= j->T; t += 4) {
                 const float *x = j->x + (size_t)t * ld + c0;
                 float o[2][4];
@@ -301,7 +223,7 @@ static void mmt_tokens(void *arg, int64_t t0, int64_t t1, int tid)
     for (int64_t t = t0; t < t1; t++)
         memset(j->out + t * j->out_ld, 0, (size_t)cols * sizeof(float));
     for (int64_t r = 0; r < j->n_rows; r++) {
-        const float *w = row_chunk(j->W, j->row0 + r, 0, cols, buf);
+        const float *w = td__cpu_row_chunk(j->W, j->row0 + r, 0, cols, buf);
         for (int64_t t = t0; t < t1; t++)
             axpy(j->out + t * j->out_ld, j->x[t * j->x_ld + r], w, cols);
     }

@@ -2,6 +2,9 @@
 #ifndef TD_CPU_IMPL_H
 #define TD_CPU_IMPL_H
 
+#include "td_model.h"
+
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Hot kernels are compiled twice, for x86-64-v3 (AVX2, FMA) and the baseline, and picked at load
@@ -39,5 +42,16 @@ struct td_backend;
 void td__cpu_mem_hooks(struct td_backend *b);
 
 float td__cpu_dot(const float *a, const float *b, int64_t n);
+
+/* Columns [c0, c0 + n) of row r of W as fp32 (cpu_dequant.c): a pointer into W's data for F32,
+ * else buf[n] filled. c0 and n keep every block whole (multiples of 256 but for the row's end). */
+const float *td__cpu_row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, float *buf);
+
+/* *out = the dot product of columns [c0, c0 + n) of row r of W with x[n], summed in the one-row
+ * matmul kernel's order over the values td__cpu_row_chunk gives (so bitwise the same), without
+ * storing the row: Q8_0, Q4_0, Q4_K and Q6_K where the CPU has AVX2 and F16C, F16 where it has
+ * F16C. False (nothing done) otherwise. */
+bool td__cpu_dot_row(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, const float *x,
+                     float *out);
 
 #endif

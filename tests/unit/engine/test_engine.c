@@ -1,13 +1,16 @@
 /* test_engine.c: the engine's invariants on small generated models: prefill at once, in chunks or
  * token by token gives the same logits; a mixed batch gives what each sequence gives alone; block
  * sizes agree; the same weights in every supported file form (safetensors F32/F16/BF16/FP8,
- * sharded, fused experts; GGUF F32/Q8_0) give the same logits; the KV layout fingerprint. */
+ * sharded, fused experts; GGUF F32/Q8_0) give the same logits; chunking and batching stay bitwise
+ * invariant on llama.cpp's block formats too (mkmodel's Q4_K_M, Q4_0, Q8_0 and F16 GGUF copies); the KV
+ * layout fingerprint. */
 #include "model_fixture.h"
 #include "td_engine.h"
 #include "td_error.h"
 #include "td_kv.h"
 #include "td_model.h"
 #include "td_check.h"
+#include "td_modelgen.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -220,6 +223,29 @@ START_TEST(test_batch_mixed)
 }
 END_TEST
 
+/* The block formats (Q4_K_M: Q4_K and Q6_K, with Q4_0 / Q8_0 on the short rows; Q4_0; Q8_0) and
+ * F16 GGUF keep the bitwise invariants: the values do not depend on which kernel reads them (one
+ * token's Q8_0 / F16 rows are summed straight from the stored data, more tokens' from a
+ * dequantised copy). */
+START_TEST(test_quant_invariant)
+{
+    const td_modelgen_arch_t archs[] = {TD_MODELGEN_LLAMA, TD_MODELGEN_DEEPSEEK_V3};
+    const td_modelgen_dtype_t types[] = {TD_MODELGEN_Q4_K_M, TD_MODELGEN_Q4_0, TD_MODELGEN_Q8_0,
+                                         TD_MODELGEN_F16};
+    for (int a = 0; a < 2; a++)
+        for (int t = 0; t < 4; t++) {
+            char dir[512], path[600];
+            snprintf(dir, sizeof(dir), "%s/quant_%d_%d", tmpdir, a, t);
+            td_modelgen_opts_t o = {.arch = archs[a], .preset = TD_MODELGEN_SMALL, .seed = 9,
+                                    .gguf = true, .gguf_dtype = types[t], .out_dir = dir};
+            ck_assert_msg(td_modelgen_write(&o, NULL) == 0, "%s", td_err_msg());
+            snprintf(path, sizeof(path), "%s/model.gguf", dir);
+            check_chunking(path);
+            check_batch(path);
+        }
+}
+END_TEST
+
 static void logits_of(const char *path, float **out, int *V)
 {
     runner_t r;
@@ -396,6 +422,7 @@ int main(void)
     tcase_add_test(tc, test_batch_mixed);
     tcase_add_test(tc, test_safetensors_forms);
     tcase_add_test(tc, test_gguf_matches_safetensors);
+    tcase_add_test(tc, test_quant_invariant);
     tcase_add_test(tc, test_kv_layout);
     suite_add_tcase(s, tc);
     int failed = td_check_run(s);

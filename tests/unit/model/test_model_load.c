@@ -22,7 +22,7 @@ static char tmpdir[] = "/tmp/td_model_XXXXXX";
 
 START_TEST(test_dtype_decode)
 {
-    float out[160];
+    float out[256];
     /* BF16: the top half of an fp32 */
     uint16_t bf[4] = {0x3F80, 0xC000, 0x3EAB, 0x0000};
     td_mat_t m = {TD_DTYPE_BF16, 1, 4, bf, NULL, 0, 0};
@@ -62,6 +62,47 @@ START_TEST(test_dtype_decode)
     td_mat_row_f32(&m, 0, out);
     ck_assert(out[0] == -8.0f && out[16] == 0.0f && out[31] == 7.5f);
     ck_assert_uint_eq(td_dtype_row_bytes(TD_DTYPE_Q8_0, 64), 68);
+    /* Q4_0: d = 0.5, then value j in the low nibble of byte j and 16 + j in the high one,
+     * offset by 8 */
+    uint8_t q4[18] = {0x00, 0x38, 0x9A, 0x0F};
+    m = (td_mat_t){TD_DTYPE_Q4_0, 1, 32, q4, NULL, 0, 0};
+    td_mat_row_f32(&m, 0, out);
+    ck_assert(out[0] == 1.0f && out[16] == 0.5f && out[1] == 3.5f && out[17] == -4.0f);
+    ck_assert(out[2] == -4.0f);
+    /* Q4_K: d = 1, dmin = 0.5; 6-bit scales and mins of sub-blocks 0-3 in bytes 0-7, those of
+     * 4-7 from the low/high nibbles of bytes 8-11 and the top 2 bits of bytes 0-7 */
+    static uint8_t qk[144];
+    memset(qk, 0, sizeof(qk));
+    qk[1] = 0x3C;              /* d = 1.0 */
+    qk[3] = 0x38;              /* dmin = 0.5 */
+    qk[4 + 0] = 3 | (1 << 6);  /* scale 0 = 3, top bits of scale 4 = 1 */
+    qk[4 + 4] = 4 | (1 << 6);  /* min 0 = 4, top bits of min 4 = 1 */
+    qk[4 + 5] = 2;             /* min 1 = 2 */
+    qk[4 + 8] = 5 | (3 << 4);  /* scale 4 low = 5, min 4 low = 3 */
+    qk[16 + 0] = 0x07;         /* value 0 = 7 (sub-block 0), value 32 = 0 (sub-block 1) */
+    qk[16 + 64] = 0x02;        /* value 128 = 2 (sub-block 4) */
+    m = (td_mat_t){TD_DTYPE_Q4_K, 1, 256, qk, NULL, 0, 0};
+    td_mat_row_f32(&m, 0, out);
+    ck_assert(out[0] == 19.0f);                  /* 1 * 3 * 7 - 0.5 * 4 */
+    ck_assert(out[1] == -2.0f && out[32] == -1.0f);
+    ck_assert(out[128] == 21.0f * 2 - 0.5f * 19); /* scale 5 + 16, min 3 + 16 */
+    ck_assert_uint_eq(td_dtype_row_bytes(TD_DTYPE_Q4_K, 512), 288);
+    /* Q6_K: d = 1 at byte 208, scales at 192; value 0: low 4 bits ql[0], high 2 bits qh[0] bits
+     * 0-1, minus 32; value 64: ql[0] high nibble, qh[0] bits 4-5 (scale 4) */
+    static uint8_t q6[210];
+    memset(q6, 0, sizeof(q6));
+    q6[0] = 0x35;           /* value 0 low = 5, value 64 low = 3 */
+    q6[128] = 0x02 | 0x30;  /* value 0 high = 2, value 64 high = 3 */
+    q6[192] = 2;            /* scale of values 0..15 */
+    q6[192 + 4] = (uint8_t)-1; /* scale of values 64..79 */
+    q6[209] = 0x3C;
+    m = (td_mat_t){TD_DTYPE_Q6_K, 1, 256, q6, NULL, 0, 0};
+    td_mat_row_f32(&m, 0, out);
+    ck_assert(out[0] == 10.0f);        /* 2 * (5 + 32 - 32) */
+    ck_assert(out[64] == -(51 - 32));  /* -1 * (3 + 48 - 32) */
+    ck_assert(out[1] == 2 * -32.0f);
+    ck_assert_uint_eq(td_dtype_row_bytes(TD_DTYPE_Q6_K, 256), 210);
+    ck_assert_int_eq(td_dtype_block(TD_DTYPE_Q6_K), 256);
 }
 END_TEST
 
@@ -466,11 +507,17 @@ START_TEST(test_gguf_lying_header)
     write_bytes(bad, c, len);
     expect_fail(bad, TD_EPARSE, "l_bad.gguf", t);
 
-    memcpy(c, d, len); /* unsupported ggml type (Q4_K = 12) */
-    uint32_t ty = 12;
+    memcpy(c, d, len); /* unsupported ggml type (Q5_K = 13) */
+    uint32_t ty = 13;
     memcpy(c + at + 4 + 16, &ty, 4);
     write_bytes(bad, c, len);
     expect_fail(bad, TD_ENOTSUP, "l_bad.gguf", t);
+
+    memcpy(c, d, len); /* Q4_K (blocks of 256) on rows of 64 */
+    ty = 12;
+    memcpy(c + at + 4 + 16, &ty, 4);
+    write_bytes(bad, c, len);
+    expect_fail(bad, TD_EPARSE, "l_bad.gguf", "not a multiple of 256");
 
     memcpy(c, d, len); /* an unknown ggml type number */
     ty = 999;

@@ -7,6 +7,7 @@
 #include "td_check.h"
 
 #include <check.h>
+#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,7 +272,24 @@ static const struct bad {
     {TD_API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", TD_EINVAL, "messages", "messages[0].role"},
     {TD_API_CHAT, "{\"messages\":[{\"role\":\"bot\",\"content\":\"x\"}]}", TD_EINVAL, "messages", "bot"},
     {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", TD_EINVAL, "top_logprobs", "requires"},
-    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", TD_ENOTSUP, "tools", "not supported"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", TD_EINVAL, "tools[0].function", "must be an object"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", TD_EINVAL, "tools", "must be an array"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}", TD_EINVAL, "tools[1].function.name", "1 to 64"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{}}]}", TD_EINVAL, "tools[1].function.name", "must be a string"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"retrieval\"}]}", TD_EINVAL, "tools[0].type", "function"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}", TD_EINVAL, "tools[0].function.parameters", "Schema"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", TD_EINVAL, "tools[1].function.name", "twice"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", TD_EINVAL, "tool_choice", "no 'tools'"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"always\"}", TD_EINVAL, "tool_choice", "must be"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", TD_EINVAL, "tool_choice", "not in"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"messages\":[]}}", TD_EINVAL, "chat_template_kwargs", "cannot set"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"f\"}]}", TD_EINVAL, "tools.0.input_schema", "Schema"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"f\",\"input_schema\":{}},{\"input_schema\":{}}]}", TD_EINVAL, "tools.1.name", "must be a string"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"w\"}]}", TD_ENOTSUP, "tools.0.type", "custom"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"name\":\"f\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"g\"}}", TD_EINVAL, "tool_choice", "not in"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"sometimes\"}}", TD_EINVAL, "tool_choice.type", "auto"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":3}]}]}", TD_EINVAL, "messages.0.content.0.input", "wrong type"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"content\":\"r\"}]}]}", TD_EINVAL, "messages.0.content.0.tool_use_id", "string"},
     {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"xml\"}}", TD_EINVAL, "response_format.type", "'xml'"},
     {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}", TD_EINVAL, "response_format", "object"},
     {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}", TD_EINVAL, "response_format.json_schema", "'name'"},
@@ -284,7 +302,7 @@ static const struct bad {
     {TD_API_MESSAGES, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", TD_EINVAL, "max_tokens", "required"},
     {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", TD_EINVAL, "messages", "messages.0.role"},
     {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1.5}", TD_EINVAL, "temperature", "[0, 1]"},
-    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}", TD_ENOTSUP, "messages", ""},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":{}}]}]}", TD_ENOTSUP, "messages.0.content.0.type", "image"},
     {TD_API_MESSAGES, "{\"max_tokens\":5,\"system\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", TD_EINVAL, "system", "string"},
 };
 
@@ -403,6 +421,125 @@ START_TEST(test_huge_numbers_echoed)
 }
 END_TEST
 
+START_TEST(test_tools)
+{
+    td_api_request_t r;
+    const char *param;
+    const char *chat =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"assistant\","
+        "\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":"
+        "{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]},{\"role\":\"tool\","
+        "\"tool_call_id\":\"c1\",\"content\":\"r\"}],\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}},{\"type\":"
+        "\"function\",\"function\":{\"name\":\"g\"}}],\"tool_choice\":\"required\","
+        "\"chat_template_kwargs\":{\"enable_thinking\":false,\"x\":1}}";
+    ck_assert_int_eq(parse(TD_API_CHAT, chat, &r, &param), 0);
+    ck_assert_uint_eq(json_object_array_length(r.tools), 2);
+    ck_assert_int_eq(r.tool_choice, TD_API_TOOLS_REQUIRED);
+    ck_assert_str_eq(r.tool_name, "f"); /* required forces the first tool */
+    ck_assert(td_api_tool_forced(&r) && r.disable_thinking && r.template_kwargs);
+    ck_assert_uint_eq(r.msgs.n, 3);
+    td_api_request_free(&r);
+    /* tool_choice none, and an empty tools list is no tools */
+    ck_assert_int_eq(parse(TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                                        "\"tools\":[],\"tool_choice\":\"none\"}", &r, &param), 0);
+    ck_assert_ptr_null(r.tools);
+    ck_assert(!td_api_tool_forced(&r));
+    td_api_request_free(&r);
+    /* Anthropic: tools converted to OpenAI's form, tool_use and tool_result to messages */
+    const char *msg =
+        "{\"max_tokens\":5,\"system\":[{\"type\":\"text\",\"text\":\"S\"}],\"messages\":["
+        "{\"role\":\"user\",\"content\":\"weather?\"},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"ok\"},"
+        "{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"w\",\"input\":{\"c\":\"P\"}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\","
+        "\"content\":[{\"type\":\"text\",\"text\":\"sun\"}]},{\"type\":\"text\",\"text\":\"and?\"}]}],"
+        "\"tools\":[{\"name\":\"w\",\"description\":\"d\",\"input_schema\":{\"type\":\"object\"}}],"
+        "\"tool_choice\":{\"type\":\"tool\",\"name\":\"w\"}}";
+    ck_assert_int_eq(parse(TD_API_MESSAGES, msg, &r, &param), 0);
+    ck_assert_int_eq(r.tool_choice, TD_API_TOOLS_NAMED);
+    ck_assert_str_eq(r.tool_name, "w");
+    ck_assert_str_eq(json_object_to_json_string_ext(r.tools, JSON_C_TO_STRING_PLAIN),
+                     "[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"description\":\"d\","
+                     "\"parameters\":{\"type\":\"object\"}}}]");
+    ck_assert_uint_eq(r.msgs.n, 5); /* system, user, assistant+call, tool, user */
+    ck_assert_int_eq(r.msgs.v[2].role, TD_CHAT_ROLE_ASSISTANT);
+    ck_assert_uint_eq(r.msgs.v[2].n_tool_calls, 1);
+    ck_assert_str_eq(r.msgs.v[2].content, "ok");
+    ck_assert_int_eq(r.msgs.v[3].role, TD_CHAT_ROLE_TOOL);
+    ck_assert_str_eq(r.msgs.v[3].content, "sun");
+    ck_assert_str_eq(r.msgs.v[4].content, "and?");
+    json_object *call = json_object_array_get_idx(
+        json_object_object_get(json_object_array_get_idx(r.msgs.json, 2), "tool_calls"), 0);
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(call, "id")), "toolu_1");
+    td_api_request_free(&r);
+}
+END_TEST
+
+START_TEST(test_responses)
+{
+    td_api_request_t r;
+    const char *param;
+    const char *body =
+        "{\"model\":\"m\",\"instructions\":\"be brief\",\"max_output_tokens\":9,\"temperature\":0.5,"
+        "\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"hi\"}]},"
+        "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call\",\"call_id\":\"c2\",\"name\":\"f\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"r1\"}],"
+        "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{}}],"
+        "\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"},\"stream\":true}";
+    ck_assert_int_eq(parse(TD_API_RESPONSES, body, &r, &param), 0);
+    ck_assert_uint_eq(r.msgs.n, 4); /* system, user, one assistant with both calls, tool */
+    ck_assert_int_eq(r.msgs.v[0].role, TD_CHAT_ROLE_SYSTEM);
+    ck_assert_str_eq(r.msgs.v[1].content, "hi");
+    ck_assert_uint_eq(r.msgs.v[2].n_tool_calls, 2);
+    ck_assert_int_eq(r.msgs.v[3].role, TD_CHAT_ROLE_TOOL);
+    ck_assert_int_eq(r.max_tokens, 9);
+    ck_assert(r.stream && r.temperature == 0.5);
+    ck_assert_int_eq(r.tool_choice, TD_API_TOOLS_NAMED);
+    ck_assert_str_eq(r.tool_name, "f");
+    td_api_request_free(&r);
+    ck_assert_int_eq(parse(TD_API_RESPONSES, "{\"input\":\"hi\"}", &r, &param), 0);
+    ck_assert_uint_eq(r.msgs.n, 1);
+    td_api_request_free(&r);
+    /* structured outputs in Responses: text.format, flat */
+    ck_assert_int_eq(parse(TD_API_RESPONSES,
+                           "{\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"json_schema\","
+                           "\"name\":\"p\",\"strict\":true,\"schema\":{\"type\":\"object\"}}}}",
+                           &r, &param),
+                     0);
+    ck_assert_int_eq(r.json_mode, 2);
+    ck_assert_str_eq(r.json_schema, "{\"type\":\"object\"}");
+    td_api_request_free(&r);
+    static const struct {
+        const char *body, *param;
+    } bad[] = {
+        {"{}", "input"},
+        {"{\"input\":[]}", "input"},
+        {"{\"input\":3}", "input"},
+        {"{\"input\":\"x\",\"instructions\":1}", "instructions"},
+        {"{\"input\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "input[0].role"},
+        {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\"}]}]}", "input[0].content[0]"},
+        {"{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\"}]}", "input[0].arguments"},
+        {"{\"input\":[{\"type\":\"reasoning\"}]}", "input[0].type"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", "tools[0].type"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\"}]}", "tools[0].name"},
+        {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":1}]}", "tools[0].parameters"},
+        {"{\"input\":\"x\",\"tool_choice\":\"required\"}", "tool_choice"},
+        {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"xml\"}}}", "text.format.type"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"schema\":{}}}}", "text.format.name"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"n\",\"schema\":{\"anyOf\":[]}}}}", "text.format.schema"},
+        {"{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = parse(TD_API_RESPONSES, bad[i].body, &r, &param);
+        ck_assert_msg(rc != 0 && param && strcmp(param, bad[i].param) == 0,
+                      "case %zu: rc %d param %s (%s)", i, rc, param ? param : "(null)", td_err_msg());
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("api");
@@ -416,6 +553,8 @@ int main(void)
     tcase_add_test(tc, test_sampling_limits);
     tcase_add_test(tc, test_chat);
     tcase_add_test(tc, test_anthropic);
+    tcase_add_test(tc, test_tools);
+    tcase_add_test(tc, test_responses);
     tcase_add_test(tc, test_every_truncation_fails_cleanly);
     tcase_add_test(tc, test_huge_numbers_echoed);
     suite_add_tcase(s, tc);

@@ -199,6 +199,155 @@ START_TEST(test_full_bodies)
 }
 END_TEST
 
+/* Each `data:` line of an SSE buffer parsed; returns how many, calling fn on each object. */
+static int each_data(const char *s, void (*fn)(json_object *, void *), void *ud)
+{
+    int n = 0;
+    for (const char *p = strstr(s, "data: "); p; p = strstr(p, "data: ")) {
+        p += 6;
+        const char *e = strstr(p, "\n\n");
+        ck_assert_ptr_nonnull(e);
+        char *line = strndup(p, (size_t)(e - p));
+        json_object *o = json_tokener_parse(line);
+        free(line);
+        ck_assert_msg(o != NULL, "bad data line: %.*s", (int)(e - p), p);
+        fn(o, ud);
+        json_object_put(o);
+        n++;
+        p = e;
+    }
+    return n;
+}
+
+static void seq_check(json_object *o, void *ud)
+{
+    int64_t *next = ud;
+    ck_assert_int_eq(json_object_get_int64(json_object_object_get(o, "sequence_number")), *next);
+    (*next)++;
+}
+
+START_TEST(test_tool_calls)
+{
+    bool role[1] = {false};
+    td_resp_tool_t t = {"call_1", "get_weather", "{\"city\":\"Paris\"}"};
+    td_resp_choice_t ch = {"", 0, TD_RESP_TOOLS, NULL, 0, &t, 1};
+    td_resp_usage_t u = {5, 3, 0};
+    td_buf_t b;
+    td_buf_init(&b);
+    /* chat: content null beside the calls, finish tool_calls */
+    td_resp_ctx_t c = ctx(TD_API_CHAT, false, role);
+    ck_assert_int_eq(td_resp_full(&b, &c, &ch, 1, &u), 0);
+    ck_assert_ptr_nonnull(strstr(b.data, "\"message\":{\"role\":\"assistant\",\"content\":null,"
+                                         "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\","
+                                         "\"function\":{\"name\":\"get_weather\",\"arguments\":"
+                                         "\"{\\\"city\\\":\\\"Paris\\\"}\"}}]}"));
+    ck_assert_ptr_nonnull(strstr(b.data, "\"finish_reason\":\"tool_calls\""));
+    /* chat stream: name chunk, then arguments chunk */
+    td_buf_reset(&b);
+    ck_assert_int_eq(td_resp_tool_call(&b, &c, 0, 0, &t), 0);
+    ck_assert_ptr_nonnull(strstr(b.data, "\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\","
+                                         "\"type\":\"function\",\"function\":{\"name\":"
+                                         "\"get_weather\",\"arguments\":\"\"}}]}"));
+    ck_assert_ptr_nonnull(strstr(b.data, "\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":"
+                                         "{\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]}"));
+    /* Anthropic: the text block closes before the tool_use block at index 1 */
+    bool role2[1] = {false};
+    td_resp_blocks_t bl = {0};
+    c = ctx(TD_API_MESSAGES, false, role2);
+    c.blocks = &bl;
+    td_resp_tool_t at = {"toolu_1", "get_weather", "{\"city\":\"Paris\"}"};
+    td_buf_reset(&b);
+    ck_assert_int_eq(td_resp_delta(&b, &c, 0, "Hm.", 3, NULL), 0);
+    ck_assert_int_eq(td_resp_tool_call(&b, &c, 0, 0, &at), 0);
+    ck_assert_int_eq(td_resp_finish(&b, &c, 0, TD_RESP_TOOLS, &u), 0);
+    const char *order[] = {"content_block_start\",\"index\":0", "text_delta",
+                           "content_block_stop\",\"index\":0", "content_block_start\",\"index\":1",
+                           "input_json_delta", "content_block_stop\",\"index\":1",
+                           "\"stop_reason\":\"tool_use\""};
+    const char *p = b.data;
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        p = strstr(p, order[i]);
+        ck_assert_msg(p != NULL, "missing or out of order: %s", order[i]);
+    }
+    ck_assert_ptr_null(strstr(p, "content_block_stop\",\"index\":0")); /* closed once */
+    /* Anthropic whole: no empty text block, input an object */
+    td_buf_reset(&b);
+    td_resp_choice_t ach = {"", 0, TD_RESP_TOOLS, NULL, 0, &at, 1};
+    ck_assert_int_eq(td_resp_full(&b, &c, &ach, 1, &u), 0);
+    ck_assert_ptr_nonnull(strstr(b.data, "\"content\":[{\"type\":\"tool_use\",\"id\":\"toolu_1\","
+                                         "\"name\":\"get_weather\",\"input\":{\"city\":\"Paris\"}}]"));
+    td_buf_free(&b);
+}
+END_TEST
+
+START_TEST(test_responses)
+{
+    bool role[1] = {false};
+    td_resp_rstate_t rs = {0};
+    rs.msg_id = "msg_1";
+    td_resp_ctx_t c = ctx(TD_API_RESPONSES, false, role);
+    c.id = "resp_1";
+    c.rs = &rs;
+    c.max_output_tokens = 9;
+    td_resp_tool_t t = {"call_7", "f", "{\"a\":1}"};
+    td_resp_usage_t u = {5, 3, 2};
+    td_buf_t b;
+    td_buf_init(&b);
+    ck_assert_int_eq(td_resp_delta(&b, &c, 0, "He", 2, NULL), 0);
+    ck_assert_int_eq(td_resp_delta(&b, &c, 0, "y", 1, NULL), 0);
+    ck_assert_int_eq(td_resp_tool_call(&b, &c, 0, 0, &t), 0);
+    ck_assert_int_eq(td_resp_finish(&b, &c, 0, TD_RESP_TOOLS, &u), 0);
+    ck_assert_int_eq(td_resp_done(&b, &c, &u), 0);
+    int64_t next = 0;
+    ck_assert_int_eq(each_data(b.data, seq_check, &next), 14);
+    const char *order[] = {"event: response.created", "event: response.in_progress",
+                           "event: response.output_item.added", "event: response.content_part.added",
+                           "event: response.output_text.delta", "event: response.output_text.delta",
+                           "event: response.output_text.done", "event: response.content_part.done",
+                           "event: response.output_item.done", "event: response.output_item.added",
+                           "event: response.function_call_arguments.delta",
+                           "event: response.function_call_arguments.done",
+                           "event: response.output_item.done", "event: response.completed"};
+    const char *p = b.data;
+    for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+        p = strstr(p, order[i]);
+        ck_assert_msg(p != NULL, "missing or out of order: %s", order[i]);
+        p += strlen(order[i]);
+    }
+    json_object *done = json_tokener_parse(strstr(p, "data: ") + 6);
+    json_object *r = json_object_object_get(done, "response");
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(r, "status")), "completed");
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(r, "output_text")), "Hey");
+    json_object *out = json_object_object_get(r, "output");
+    ck_assert_uint_eq(json_object_array_length(out), 2);
+    json_object *fc = json_object_array_get_idx(out, 1);
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(fc, "id")), "fc_7");
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(fc, "call_id")), "call_7");
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(fc, "arguments")), "{\"a\":1}");
+    json_object *us = json_object_object_get(r, "usage");
+    ck_assert_int_eq(json_object_get_int(json_object_object_get(us, "total_tokens")), 8);
+    ck_assert_int_eq(json_object_get_int(json_object_object_get(
+                         json_object_object_get(us, "input_tokens_details"), "cached_tokens")), 2);
+    json_object_put(done);
+    td_resp_rstate_free(&rs);
+    /* whole, cut by the limit: incomplete */
+    td_buf_reset(&b);
+    td_resp_choice_t ch = {"Hey", 3, TD_RESP_LENGTH, NULL, 0, NULL, 0};
+    ck_assert_int_eq(td_resp_full(&b, &c, &ch, 1, &u), 0);
+    json_object *w = json_tokener_parse(b.data);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(w, "status")), "incomplete");
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(
+                         json_object_object_get(w, "incomplete_details"), "reason")),
+                     "max_output_tokens");
+    ck_assert_str_eq(json_object_get_string(json_object_object_get(
+                         json_object_array_get_idx(json_object_object_get(w, "output"), 0), "id")),
+                     "msg_1");
+    json_object_put(w);
+    td_buf_free(&b);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("response");
@@ -207,6 +356,8 @@ int main(void)
     tcase_add_test(tc, test_completions_stream_usage_and_logprobs);
     tcase_add_test(tc, test_anthropic_stream_order);
     tcase_add_test(tc, test_full_bodies);
+    tcase_add_test(tc, test_tool_calls);
+    tcase_add_test(tc, test_responses);
     suite_add_tcase(s, tc);
     return td_check_run(s);
 }

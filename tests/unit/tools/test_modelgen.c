@@ -3,11 +3,14 @@
  * well-formed safetensors/GGUF headers, determinism. The values themselves are checked against
  * the independent Python readers in tests/reference/test_mkmodel.py. */
 #include "td_error.h"
+#include "modelgen_impl.h"
+#include "td_model.h"
 #include "td_modelgen.h"
 #include "td_util.h"
 #include "td_check.h"
 
 #include <check.h>
+#include <math.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +73,72 @@ START_TEST(test_parse)
     ck_assert_int_eq(d, TD_MODELGEN_BF16);
     ck_assert_int_eq(td_modelgen_parse_dtype("q8_0", &d), 0);
     ck_assert_int_eq(d, TD_MODELGEN_Q8_0);
+    ck_assert_int_eq(td_modelgen_parse_dtype("q4_k_m", &d), 0);
+    ck_assert_int_eq(d, TD_MODELGEN_Q4_K_M);
+    ck_assert_int_eq(td_modelgen_parse_dtype("q6_k", &d), 0);
+    ck_assert_int_eq(d, TD_MODELGEN_Q6_K);
+    ck_assert_int_eq(td_modelgen_parse_dtype("q4_K", &d), TD_EINVAL);
+    ck_assert_int_eq(td_modelgen_parse_preset("small", &p), 0);
+    ck_assert_int_eq(p, TD_MODELGEN_SMALL);
     ck_assert_int_eq(td_modelgen_parse_dtype("f8", &d), TD_EINVAL);
+}
+END_TEST
+
+/* ggml's reference quantizers, read back by the engine's dequantisation: values already on a
+ * format's grid come back exactly, others within the format's step. */
+START_TEST(test_quantizers)
+{
+    enum { N = 512 };
+    static float v[N], back[N];
+    static uint8_t q[N * 2];
+    /* on Q4_0's grid: d = max / -8 with max = -8 -> d = 1, levels -8..7 */
+    for (int i = 0; i < 32; i++)
+        v[i] = (float)((i % 16) - 8);
+    td__mg_quantize(MG_GGML_Q4_0, v, 32, q);
+    td_mat_t m = {TD_DTYPE_Q4_0, 1, 32, q, NULL, 0, 0};
+    td_mat_row_f32(&m, 0, back);
+    for (int i = 0; i < 32; i++)
+        ck_assert_msg(back[i] == v[i], "Q4_0 value %d: %g, want %g", i, back[i], v[i]);
+    /* a smooth signal with a different range per 32 values */
+    float amax = 0;
+    for (int i = 0; i < N; i++) {
+        v[i] = sinf((float)i * 0.37f) * (1.0f + (float)(i / 32));
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+    const struct {
+        int ggml;
+        td_dtype_t dt;
+        double tol; /* of the block's largest magnitude */
+    } fmts[] = {{MG_GGML_Q8_0, TD_DTYPE_Q8_0, 1.0 / 200},
+                {MG_GGML_Q4_0, TD_DTYPE_Q4_0, 1.0 / 8},
+                {MG_GGML_Q4_K, TD_DTYPE_Q4_K, 1.0 / 8},
+                {MG_GGML_Q6_K, TD_DTYPE_Q6_K, 1.0 / 30}};
+    for (size_t f = 0; f < TD_ARRAY_LEN(fmts); f++) {
+        int blk = fmts[f].dt == TD_DTYPE_Q4_K || fmts[f].dt == TD_DTYPE_Q6_K ? 256 : 32;
+        memset(q, 0, sizeof(q));
+        td__mg_quantize(fmts[f].ggml, v, N, q);
+        m = (td_mat_t){fmts[f].dt, 1, N, q, NULL, 0, 0};
+        td_mat_row_f32(&m, 0, back);
+        double worst = 0;
+        for (int b = 0; b < N / blk; b++) {
+            float bmax = 0;
+            for (int i = 0; i < blk; i++)
+                bmax = fmaxf(bmax, fabsf(v[b * blk + i]));
+            for (int i = 0; i < blk; i++)
+                worst = fmax(worst, fabs(back[b * blk + i] - v[b * blk + i]) / bmax);
+        }
+        ck_assert_msg(worst < fmts[f].tol, "%s: error %g of the block's range",
+                      td_dtype_name(fmts[f].dt), worst);
+        ck_assert_msg(worst > 0, "%s: lossless on a signal off its grid?",
+                      td_dtype_name(fmts[f].dt));
+    }
+    /* an all-zero block stays zero */
+    memset(v, 0, sizeof(v));
+    td__mg_quantize(MG_GGML_Q6_K, v, 256, q);
+    m = (td_mat_t){TD_DTYPE_Q6_K, 1, 256, q, NULL, 0, 0};
+    td_mat_row_f32(&m, 0, back);
+    for (int i = 0; i < 256; i++)
+        ck_assert(back[i] == 0.0f);
 }
 END_TEST
 
@@ -81,7 +149,7 @@ START_TEST(test_refused_combinations)
     struct {
         td_modelgen_opts_t o;
         const char *msg;
-    } cases[6];
+    } cases[7];
     cases[0].o = opts(TD_MODELGEN_LLAMA, out);
     cases[0].o.fp8 = true;
     cases[0].msg = "--fp8";
@@ -100,6 +168,9 @@ START_TEST(test_refused_combinations)
     cases[5].o = opts(TD_MODELGEN_LLAMA, out);
     cases[5].o.shards = 100;
     cases[5].msg = "--shards";
+    cases[6].o = opts(TD_MODELGEN_LLAMA, out);
+    cases[6].o.dtype = TD_MODELGEN_Q4_K;
+    cases[6].msg = "GGUF only";
     for (size_t i = 0; i < TD_ARRAY_LEN(cases); i++) {
         ck_assert_int_eq(td_modelgen_write(&cases[i].o, NULL), TD_EINVAL);
         ck_assert_msg(strstr(td_err_msg(), cases[i].msg) != NULL, "case %zu: \"%s\"", i,
@@ -270,6 +341,7 @@ int main(void)
     TCase *tc = tcase_create("modelgen");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_parse);
+    tcase_add_test(tc, test_quantizers);
     tcase_add_test(tc, test_refused_combinations);
     tcase_add_test(tc, test_bad_inputs);
     tcase_add_test(tc, test_param_counts_and_headers);
