@@ -298,6 +298,8 @@ static int parse_sampling(ctx_t *c, json_object *o, td_api_request_t *r, double 
         return rc;
     if ((rc = get_bool(c, o, "stream", &r->stream)) || (rc = get_bool(c, o, "ignore_eos", &r->ignore_eos)))
         return rc;
+    if ((rc = td_api_parse_adjust(o, r, &c->param)))
+        return rc;
     json_object *ids = field(o, "stop_token_ids");
     if (ids) {
         if (!json_object_is_type(ids, json_type_array))
@@ -362,6 +364,8 @@ static int parse_completions(ctx_t *c, json_object *o, td_api_request_t *r)
         return rc;
     if (set && v != r->n)
         return fail(c, "best_of", TD_ENOTSUP, "'best_of' other than 'n' is not supported");
+    if ((rc = td_api_parse_response_format(o, r, &c->param)))
+        return rc;
     return 0;
 }
 
@@ -418,14 +422,8 @@ static int parse_chat(ctx_t *c, json_object *o, td_api_request_t *r)
     }
     if ((rc = td__api_tools_openai(c, o, r)))
         return rc;
-    json_object *rf = field(o, "response_format");
-    if (rf) {
-        json_object *t = json_object_is_type(rf, json_type_object) ? field(rf, "type") : NULL;
-        if (!t || !json_object_is_type(t, json_type_string) ||
-            strcmp(json_object_get_string(t), "text") != 0)
-            return fail(c, "response_format", TD_ENOTSUP,
-                        "only 'response_format' {\"type\": \"text\"} is supported");
-    }
+    if ((rc = td_api_parse_response_format(o, r, &c->param)))
+        return rc;
     return 0;
 }
 
@@ -453,7 +451,8 @@ static int parse_messages(ctx_t *c, json_object *o, td_api_request_t *r)
         return rc;
     }
     if ((rc = parse_sampling(c, o, r, 1)) || (rc = get_stop(c, o, "stop_sequences", r)) ||
-        (rc = td__api_tools_anthropic(c, o, r)))
+        (rc = td__api_tools_anthropic(c, o, r)) ||
+        (rc = td_api_parse_response_format(o, r, &c->param)))
         return rc;
     json_object *md = field(o, "metadata");
     if (md && json_object_is_type(md, json_type_object) && (rc = get_str(c, md, "user_id", &r->user)))
@@ -472,13 +471,7 @@ static int parse_responses(ctx_t *c, json_object *o, td_api_request_t *r)
         return fail(c, "previous_response_id", TD_ENOTSUP,
                     "'previous_response_id' is not supported: responses are not stored, send the "
                     "whole conversation as input items");
-    json_object *tx = field(o, "text");
-    json_object *fm = tx && json_object_is_type(tx, json_type_object) ? field(tx, "format") : NULL;
-    json_object *ft = fm && json_object_is_type(fm, json_type_object) ? field(fm, "type") : NULL;
-    if (fm && (!ft || !json_object_is_type(ft, json_type_string) ||
-               strcmp(json_object_get_string(ft), "text") != 0))
-        return fail(c, "text.format", TD_ENOTSUP, "only 'text.format' {\"type\": \"text\"} is supported");
-    return 0;
+    return td_api_parse_response_format(o, r, &c->param);
 }
 
 int td_api_parse_object(const char *body, size_t len, json_object **out)
@@ -539,26 +532,13 @@ int td_api_parse(td_api_kind_t kind, const char *body, size_t len, td_api_reques
     default: rc = parse_messages(&c, o, out); break;
     }
     json_object_put(o);
+    if (!rc)
+        rc = td_api_check_adjust(out, &c.param);
     if (rc) {
         *param = c.param;
         td_api_request_free(out);
     }
     return rc;
-}
-
-void td_api_sampling(const td_api_request_t *r, td_sampling_t *out)
-{
-    td_sampling_defaults(out);
-    out->temperature = (float)r->temperature;
-    out->top_k = r->top_k > 0 ? (int)r->top_k : 0;
-    out->top_p = (float)r->top_p;
-    out->min_p = (float)r->min_p;
-    out->ignore_eos = r->ignore_eos;
-    out->logprobs = r->logprobs ? (int)r->top_logprobs : -1;
-    TD_ASSERT(r->n_stop_token_ids <= TD_SAMPLER_MAX_STOP); /* td_api_parse refuses more */
-    for (size_t i = 0; i < r->n_stop_token_ids; i++)
-        out->stop_ids[i] = r->stop_token_ids[i];
-    out->n_stop = (int)r->n_stop_token_ids;
 }
 
 bool td_api_tool_forced(const td_api_request_t *r)
@@ -578,6 +558,14 @@ void td_api_request_free(td_api_request_t *r)
         free(r->stop[i]);
     free(r->stop);
     free(r->stop_token_ids);
+    free(r->logit_bias_ids);
+    free(r->logit_bias_values);
+    free(r->json_schema);
+    for (size_t i = 0; i < r->n_bad_words; i++)
+        free(r->bad_words[i]);
+    free(r->bad_words);
+    free(r->bad_word_ids);
+    free(r->bad_word_lens);
     free(r->model);
     free(r->user);
     free(r->tool_name);

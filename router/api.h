@@ -57,9 +57,20 @@ typedef struct td_api_request {
     double top_p;                /* 1.0 when absent */
     int64_t top_k;               /* 0 when absent or -1: disabled */
     double min_p;                /* 0 when absent */
-    double presence_penalty;     /* accepted, [-2, 2]; 0 when absent */
-    double frequency_penalty;    /* accepted, [-2, 2]; 0 when absent */
-    double repetition_penalty;   /* vLLM extension, > 0; 1.0 when absent */
+    double presence_penalty;     /* [-2, 2]; 0 when absent */
+    double frequency_penalty;    /* [-2, 2]; 0 when absent */
+    double repetition_penalty;   /* vLLM extension, (0, 100]; 1.0 when absent */
+    int32_t *logit_bias_ids;     /* [n_logit_bias] logit_bias (OpenAI): token id -> bias */
+    float *logit_bias_values;    /* [n_logit_bias] in [-100, 100] */
+    size_t n_logit_bias;         /* at most TD_SAMPLER_MAX_BIAS */
+    int64_t min_tokens;          /* vLLM extension: EOS and stop ids masked before this many */
+    char **bad_words;            /* [n_bad_words] vLLM's bad_words: strings, tokenized by */
+    size_t n_bad_words;          /* td_api_tokenize_bad_words into: */
+    int32_t *bad_word_ids;       /*   the banned sequences' tokens, one after another */
+    uint32_t *bad_word_lens;     /*   [n_bad_seqs] each sequence's length */
+    size_t n_bad_seqs;
+    int json_mode;               /* structured outputs: 0 off, 1 json_object, 2 json_schema */
+    char *json_schema;           /* json_mode 2: the schema, compact JSON text (it compiles) */
     bool has_seed;
     int64_t seed;
     char **stop;                 /* [n_stop] stop strings */
@@ -84,6 +95,21 @@ typedef struct td_api_request {
     char *tool_name;             /* TD_API_TOOLS_NAMED: the function; REQUIRED: the first tool */
     char *user;                  /* OpenAI `user`, or Anthropic metadata.user_id; may be NULL */
 } td_api_request_t;
+
+/* api_sampling.c: logit_bias and min_tokens of request object `o` into r (0, or TD_EINVAL with
+ * *param naming the field); the checks across fields after parsing (min_tokens <= max_tokens). */
+struct json_object;
+int td_api_parse_adjust(struct json_object *o, td_api_request_t *r, const char **param);
+int td_api_check_adjust(const td_api_request_t *r, const char **param);
+/* Tokenize r's bad_words as vLLM does: each word as given and with a leading space (both
+ * without special tokens; a sequence given twice is kept once). 0, TD_EINVAL (*param
+ * "bad_words": more tokens than the sampler holds) or TD_ENOMEM. */
+struct td_tokenizer;
+int td_api_tokenize_bad_words(td_api_request_t *r, const struct td_tokenizer *tok,
+                              const char **param);
+/* response_format (Chat, Completions) or Anthropic's output_format (Messages) into json_mode
+ * and json_schema; the schema is compiled here so a bad one gets its 400 before any worker. */
+int td_api_parse_response_format(struct json_object *o, td_api_request_t *r, const char **param);
 
 /* Parse and validate a request body of the given kind into `out` (zeroed first). On error `out`
  * is left empty and *param names the parameter (static string) or is NULL. */

@@ -588,6 +588,10 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
             goto fail;
         }
     }
+    if ((rc = td_api_tokenize_bad_words(&h->api, rt->tok, &param))) {
+        snprintf(msg, sizeof(msg), "%s", td_err_msg());
+        goto fail;
+    }
     /* context length */
     size_t longest = 0;
     for (size_t i = 0; i < n_prompts; i++)
@@ -635,7 +639,13 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
                 td_detok_init(&j->seqs[i].detok, false);
         }
     }
-    td_api_sampling(&h->api, &j->sp);
+    td_sampling_t sp;
+    td_api_sampling(&h->api, &sp);
+    if (td_job_set_sampling(j, &sp)) {
+        snprintf(msg, sizeof(msg), "out of memory");
+        status = 500;
+        goto fail;
+    }
     size_t shortest_room = (size_t)rt->max_ctx - longest;
     j->sp.max_tokens = h->api.max_tokens > 0 ? (int32_t)h->api.max_tokens : (int32_t)shortest_room;
     uint64_t seed = h->api.has_seed           ? (uint64_t)h->api.seed

@@ -74,6 +74,39 @@ void td_job_set_client(td_job_t *j, const char *front, const char *client_id, si
     j->n_choices = n_choices ? n_choices : 1;
 }
 
+int td_job_set_sampling(td_job_t *j, const td_sampling_t *p)
+{
+    size_t nb = (size_t)p->n_logit_bias, nw = (size_t)p->n_bad_words, nt = 0;
+    for (size_t i = 0; i < nw; i++)
+        nt += p->bad_word_len[i];
+    free(j->sp_arrays);
+    j->sp_arrays = NULL;
+    j->sp = *p;
+    size_t ns = p->json_schema ? p->json_schema_len + 1 : 0;
+    if (!nb && !nw && !ns)
+        return 0;
+    /* one block: bias ids, bias values, bad-word tokens, bad-word lengths (4-byte items), then
+       the schema's text */
+    size_t words = nb * 2 + nt + nw;
+    uint8_t *m = td_calloc(words * 4 + ns + 1, 1);
+    if (!m)
+        return TD_ENOMEM;
+    j->sp_arrays = m;
+    if (ns) {
+        memcpy(m + words * 4, p->json_schema, ns - 1);
+        j->sp.json_schema = (const char *)(m + words * 4);
+    }
+    memcpy(m, p->logit_bias_ids, nb * 4);
+    j->sp.logit_bias_ids = (const int32_t *)m;
+    memcpy(m + nb * 4, p->logit_bias_values, nb * 4);
+    j->sp.logit_bias_values = (const float *)(m + nb * 4);
+    memcpy(m + nb * 8, p->bad_words, nt * 4);
+    j->sp.bad_words = (const int32_t *)(m + nb * 8);
+    memcpy(m + (nb * 2 + nt) * 4, p->bad_word_len, nw * 4);
+    j->sp.bad_word_len = (const uint32_t *)(m + (nb * 2 + nt) * 4);
+    return 0;
+}
+
 int td_job_set_stop(td_job_t *j, char *const *stop, size_t n)
 {
     if (!n)
@@ -180,6 +213,7 @@ void td_job_free(td_job_t *j)
     }
     free(j->seqs);
     free(j->tenant);
+    free(j->sp_arrays);
     for (size_t i = 0; i < j->n_stop; i++)
         free(j->stop[i]);
     free(j->stop);

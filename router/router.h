@@ -285,6 +285,7 @@ struct td_job {
     td_sampling_t sp; /* the engine's settings, shared by every sequence: sp.seed is unused (each
                          sequence has its own seed), sp.eos_id is left to the workers, and
                          sp.max_tokens is > 0 (the front end derives it from the context) */
+    void *sp_arrays;  /* owned copies of sp's lists and schema (td_job_set_sampling) */
     uint8_t *tenant;  /* [tenant_len] the tenant (the KV hash salt), owned; NULL: default */
     size_t tenant_len;
     char **stop;      /* [n_stop] stop strings, owned */
@@ -310,6 +311,9 @@ int td_job_set_tenant(td_job_t *j, const void *tenant, size_t len);
  * the id the client sees (copied, truncated to 63 bytes) and the choices per prompt (usage
  * counts each prompt once, as the response's does). */
 void td_job_set_client(td_job_t *j, const char *front, const char *client_id, size_t n_choices);
+/* Take `p` as the job's settings (j->sp), copying what it points to (logit_bias, bad_words,
+ * json_schema) so the job owns it. 0 or TD_ENOMEM. */
+int td_job_set_sampling(td_job_t *j, const td_sampling_t *p);
 /* Copy the stop strings. 0 or TD_ENOMEM. */
 int td_job_set_stop(td_job_t *j, char *const *stop, size_t n);
 /* Place every sequence (or queue it). 0, or TD_EBUSY when the waiting queue is full or the router

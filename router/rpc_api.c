@@ -242,7 +242,8 @@ static void on_generate(rconn_t *rc, const Tandem__GenerateRequest *g)
     if (!r->job)
         goto oom;
     td_job_t *j = r->job;
-    j->sp = p;
+    if (td_job_set_sampling(j, &p))
+        goto oom;
     j->sp.max_tokens = (int32_t)max_tokens;
     if (td_job_set_tenant(j, g->tenant.data, g->tenant.len) ||
         td_job_set_prompt(j, 0, t.ids, t.len, p.seed) ||

@@ -38,10 +38,14 @@ static void usage(FILE *out)
             "      --prompt TEXT | --messages JSON | --prompt-ids 1,2,3\n"
             "      --max-tokens N  --temperature T  --top-k K  --top-p P  --min-p P  --seed N\n"
             "      --stop STRING (repeatable)  --stop-ids 1,2  --ignore-eos  --logprobs N\n"
+            "      --presence-penalty X  --frequency-penalty X  --repetition-penalty X\n"
+            "      --min-tokens N  --logit-bias ID:BIAS,...\n"
             "      --ids           print the generated token ids (`output ids: ...`) too\n"
             "  batch FILE             run every JSON line of FILE ({\"prompt\"|\"prompt_ids\"|\n"
             "                         \"messages\", \"max_tokens\", \"temperature\", \"top_k\",\n"
             "                         \"top_p\", \"min_p\", \"seed\", \"stop\", \"ignore_eos\",\n"
+            "                         \"presence_penalty\", \"frequency_penalty\",\n"
+            "                         \"repetition_penalty\", \"min_tokens\", \"logit_bias\",\n"
             "                         \"tenant\"}) at\n"
             "                         once; print one JSON line per request, in order\n");
 }
@@ -362,6 +366,8 @@ typedef struct gen_req {
     Tandem__Sampling sp;
     int32_t *prompt_ids;
     char *stop_store[16];
+    int32_t bias_ids[16]; /* a batch line's logit_bias (smp points here) */
+    float bias_values[16];
 } gen_req_t;
 
 /* An empty request: sampling defaults with 32 tokens, text wanted. */
@@ -378,6 +384,10 @@ static void gen_req_init(gen_req_t *g)
  * and smp is final. */
 static void gen_req_ready(gen_req_t *g)
 {
+    if (g->smp.n_logit_bias && !g->smp.logit_bias_ids) { /* a batch line's */
+        g->smp.logit_bias_ids = g->bias_ids;
+        g->smp.logit_bias_values = g->bias_values;
+    }
     td_msg_sampling_to_proto(&g->smp, g->smp.seed, &g->sp);
     g->r.sampling = &g->sp;
     g->r.stop = g->stop_store;
@@ -506,6 +516,23 @@ static int parse_line(json_object *j, batch_item_t *b, size_t lineno)
         g->smp.seed = (uint64_t)json_object_get_int64(v);
     if (json_object_object_get_ex(j, "ignore_eos", &v))
         g->smp.ignore_eos = json_object_get_boolean(v);
+    if (json_object_object_get_ex(j, "presence_penalty", &v))
+        g->smp.presence_penalty = (float)json_object_get_double(v);
+    if (json_object_object_get_ex(j, "frequency_penalty", &v))
+        g->smp.frequency_penalty = (float)json_object_get_double(v);
+    if (json_object_object_get_ex(j, "repetition_penalty", &v))
+        g->smp.repetition_penalty = (float)json_object_get_double(v);
+    if (json_object_object_get_ex(j, "min_tokens", &v))
+        g->smp.min_tokens = json_object_get_int(v);
+    if (json_object_object_get_ex(j, "logit_bias", &v) && json_object_is_type(v, json_type_object)) {
+        json_object_object_foreach(v, key, val)
+        {
+            if (g->smp.n_logit_bias == 16)
+                return td_err_set(TD_EINVAL, "line %zu: logit_bias: at most 16 entries", lineno);
+            g->bias_ids[g->smp.n_logit_bias] = atoi(key);
+            g->bias_values[g->smp.n_logit_bias++] = (float)json_object_get_double(val);
+        }
+    }
     if (json_object_object_get_ex(j, "tenant", &v)) {
         g->r.tenant.data = (uint8_t *)json_object_get_string(v);
         g->r.tenant.len = (size_t)json_object_get_string_len(v);

@@ -40,6 +40,10 @@ static void usage(FILE *out)
             "  --stop-ids LIST        stop after any of these token ids\n"
             "  --ignore-eos           keep generating past the end-of-sequence token\n"
             "  --logprobs N           print each generated token's logprob and the top N\n"
+            "  --presence-penalty X, --frequency-penalty X   [-2, 2], over generated tokens\n"
+            "  --repetition-penalty X over prompt and generated tokens ((0, 100], 1 = off)\n"
+            "  --min-tokens N         EOS and the stop ids masked before N tokens\n"
+            "  --logit-bias LIST      ID:BIAS,... added to the logits (BIAS in [-100, 100])\n"
             "  --threads N            CPU threads (default 2)\n"
             "  --block-size N         KV cache block size in tokens (default 16)\n"
             "  --chunk N              prefill in chunks of N tokens (default: the whole prompt)\n"
@@ -275,7 +279,8 @@ int td_cmd_generate(int argc, char **argv)
     int total = np + a.sp.max_tokens;
     if ((rc = td_engine_create(m, &eo, &e)) || (rc = td_kv_layout_init(&lay, m, a.block)) ||
         (rc = td_kv_pool_init(&pool, &lay, (total + a.block - 1) / a.block)) ||
-        (rc = td_sampler_init(&smp, &a.sp, c->vocab_size)))
+        (rc = td_sampler_init(&smp, &a.sp, c->vocab_size)) ||
+        (rc = td_sampler_context(&smp, prompt, np, 0)))
         goto fail;
     logits = malloc((size_t)c->vocab_size * sizeof(float));
     size_t mt = (size_t)a.sp.max_tokens;

@@ -39,6 +39,38 @@ bool td_sampling_flags_has(int opt)
     return opt >= TD_SAMPLING_FLAG_MAX_TOKENS && opt < TD_SAMPLING_FLAG_END;
 }
 
+/* --logit-bias ID:BIAS,...: the lists a td_sampling_t borrows, kept for the process. */
+static int32_t bias_ids[TD_SAMPLER_MAX_BIAS];
+static float bias_values[TD_SAMPLER_MAX_BIAS];
+
+static int parse_logit_bias(const char *arg, td_sampling_t *sp)
+{
+    int n = 0;
+    for (const char *p = arg; *p;) {
+        char *end;
+        if (n == TD_SAMPLER_MAX_BIAS)
+            return td_err_set(TD_EINVAL, "--logit-bias: more than %d pairs", TD_SAMPLER_MAX_BIAS);
+        if (*p < '0' || *p > '9')
+            return td_err_set(TD_EINVAL, "--logit-bias: \"%s\": expected ID:BIAS pairs", arg);
+        long id = strtol(p, &end, 10);
+        if (*end != ':' || id > INT32_MAX)
+            return td_err_set(TD_EINVAL, "--logit-bias: \"%s\": expected ID:BIAS pairs", arg);
+        double b = strtod(end + 1, &end);
+        if ((*end && *end != ',') || end == p || !(b >= -100 && b <= 100))
+            return td_err_set(TD_EINVAL, "--logit-bias: \"%s\": a bias in [-100, 100] after "
+                              "each ID:", arg);
+        bias_ids[n] = (int32_t)id;
+        bias_values[n++] = (float)b;
+        p = *end ? end + 1 : end;
+    }
+    if (!n)
+        return td_err_set(TD_EINVAL, "--logit-bias: no pairs");
+    sp->logit_bias_ids = bias_ids;
+    sp->logit_bias_values = bias_values;
+    sp->n_logit_bias = n;
+    return 0;
+}
+
 int td_sampling_flags_apply(int opt, const char *arg, td_sampling_t *sp)
 {
     int32_t *ids;
@@ -77,6 +109,16 @@ int td_sampling_flags_apply(int opt, const char *arg, td_sampling_t *sp)
     case TD_SAMPLING_FLAG_LOGPROBS:
         return td_sampling_flags_parse_int("--logprobs", arg, -1, TD_SAMPLER_MAX_LOGPROBS,
                                            &sp->logprobs);
+    case TD_SAMPLING_FLAG_PRESENCE:
+        return parse_float("--presence-penalty", arg, -2, false, 2, &sp->presence_penalty);
+    case TD_SAMPLING_FLAG_FREQUENCY:
+        return parse_float("--frequency-penalty", arg, -2, false, 2, &sp->frequency_penalty);
+    case TD_SAMPLING_FLAG_REPETITION:
+        return parse_float("--repetition-penalty", arg, 0, true, 100, &sp->repetition_penalty);
+    case TD_SAMPLING_FLAG_MIN_TOKENS:
+        return td_sampling_flags_parse_int("--min-tokens", arg, 0, 1 << 20, &sp->min_tokens);
+    case TD_SAMPLING_FLAG_LOGIT_BIAS:
+        return parse_logit_bias(arg, sp);
     default:
         return td_err_set(TD_EINVAL, "option %d is not a sampling flag", opt);
     }

@@ -11,6 +11,11 @@
  *   --ignore-eos     keep generating past the end-of-sequence token
  *   --logprobs N     -1 (none) .. TD_SAMPLER_MAX_LOGPROBS: the sampled token's logprob plus N
  *                    alternatives
+ *   --presence-penalty X, --frequency-penalty X   [-2, 2]
+ *   --repetition-penalty X                          (0, 100], 1 = off
+ *   --min-tokens N   EOS and the stop ids masked before N tokens
+ *   --logit-bias LIST  comma-separated ID:BIAS pairs, BIAS in [-100, 100] (the last
+ *                    --logit-bias given wins; its lists live until the process ends)
  *
  * A command puts TD_SAMPLING_FLAG_OPTIONS into its getopt_long table, starts from
  * td_sampling_defaults (plus its own max_tokens default), and hands every option for which
@@ -36,6 +41,11 @@ enum {
     TD_SAMPLING_FLAG_STOP_IDS,
     TD_SAMPLING_FLAG_IGNORE_EOS,
     TD_SAMPLING_FLAG_LOGPROBS,
+    TD_SAMPLING_FLAG_PRESENCE,
+    TD_SAMPLING_FLAG_FREQUENCY,
+    TD_SAMPLING_FLAG_REPETITION,
+    TD_SAMPLING_FLAG_MIN_TOKENS,
+    TD_SAMPLING_FLAG_LOGIT_BIAS,
     TD_SAMPLING_FLAG_END, /* one past the last */
 };
 
@@ -49,6 +59,11 @@ enum {
         {"seed", required_argument, 0, TD_SAMPLING_FLAG_SEED},                                     \
         {"stop-ids", required_argument, 0, TD_SAMPLING_FLAG_STOP_IDS},                             \
         {"ignore-eos", no_argument, 0, TD_SAMPLING_FLAG_IGNORE_EOS},                               \
+        {"presence-penalty", required_argument, 0, TD_SAMPLING_FLAG_PRESENCE},                     \
+        {"frequency-penalty", required_argument, 0, TD_SAMPLING_FLAG_FREQUENCY},                   \
+        {"repetition-penalty", required_argument, 0, TD_SAMPLING_FLAG_REPETITION},                 \
+        {"min-tokens", required_argument, 0, TD_SAMPLING_FLAG_MIN_TOKENS},                         \
+        {"logit-bias", required_argument, 0, TD_SAMPLING_FLAG_LOGIT_BIAS},                         \
     {                                                                                              \
         "logprobs", required_argument, 0, TD_SAMPLING_FLAG_LOGPROBS                                \
     }

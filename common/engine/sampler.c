@@ -1,5 +1,6 @@
 /* sampler.c: greedy, temperature, top-k, top-p and min-p sampling with a per-request random
- * stream, stop conditions and top-n logprobs. */
+ * stream, logit adjustments (penalties, logit_bias, min_tokens, bad_words), stop conditions and
+ * top-n logprobs. */
 #include "td_error.h"
 #include "td_rng.h"
 #include "td_sampler.h"
@@ -15,6 +16,195 @@ void td_sampling_defaults(td_sampling_t *p)
     p->top_p = 1.0f;
     p->eos_id = -1;
     p->logprobs = -1;
+    p->repetition_penalty = 1.0f;
+}
+
+bool td_sampler_adjusts(const td_sampler_t *s)
+{
+    return s->adj != NULL;
+}
+
+int td_sampler_set_mask(td_sampler_t *s, td_jsonmask_t *m)
+{
+    td_jsonmask_free(s->mask);
+    s->mask = m;
+    if (!s->adj) {
+        s->adj = td_calloc((size_t)s->vocab, sizeof(float));
+        s->count = td_calloc((size_t)s->vocab, sizeof(uint32_t));
+        s->seen = td_calloc((size_t)s->vocab, 1);
+        if (!s->adj || !s->count || !s->seen)
+            return td_err_set(TD_ENOMEM, "sampler: out of memory");
+    }
+    return 0;
+}
+
+static bool needs_adjust(const td_sampling_t *p)
+{
+    return p->presence_penalty != 0 || p->frequency_penalty != 0 ||
+           p->repetition_penalty != 1 || p->min_tokens > 0 || p->n_logit_bias > 0 ||
+           p->n_bad_words > 0;
+}
+
+/* Check and copy the adjustments' parameters. */
+static int init_adjust(td_sampler_t *s, const td_sampling_t *p, int vocab)
+{
+    if (!(p->presence_penalty >= -2 && p->presence_penalty <= 2))
+        return td_err_set(TD_EINVAL, "sampler: presence_penalty %g must be in [-2, 2]",
+                          p->presence_penalty);
+    if (!(p->frequency_penalty >= -2 && p->frequency_penalty <= 2))
+        return td_err_set(TD_EINVAL, "sampler: frequency_penalty %g must be in [-2, 2]",
+                          p->frequency_penalty);
+    if (!(p->repetition_penalty > 0 && p->repetition_penalty <= 100))
+        return td_err_set(TD_EINVAL, "sampler: repetition_penalty %g must be in (0, 100]",
+                          p->repetition_penalty);
+    if (p->min_tokens < 0)
+        return td_err_set(TD_EINVAL, "sampler: min_tokens %d must be >= 0", p->min_tokens);
+    if (p->n_logit_bias < 0 || p->n_logit_bias > TD_SAMPLER_MAX_BIAS)
+        return td_err_set(TD_EINVAL, "sampler: %d logit_bias entries (at most %d)",
+                          p->n_logit_bias, TD_SAMPLER_MAX_BIAS);
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        if (p->logit_bias_ids[i] < 0 || p->logit_bias_ids[i] >= vocab)
+            return td_err_set(TD_EINVAL, "sampler: logit_bias token id %d outside [0, %d)",
+                              p->logit_bias_ids[i], vocab);
+        if (!(p->logit_bias_values[i] >= -100 && p->logit_bias_values[i] <= 100))
+            return td_err_set(TD_EINVAL, "sampler: logit_bias %g for token %d must be in "
+                              "[-100, 100]", p->logit_bias_values[i], p->logit_bias_ids[i]);
+    }
+    if (p->n_bad_words < 0)
+        return td_err_set(TD_EINVAL, "sampler: %d bad_words", p->n_bad_words);
+    size_t total = 0;
+    for (int i = 0; i < p->n_bad_words; i++) {
+        if (p->bad_word_len[i] < 1 || p->bad_word_len[i] > TD_SAMPLER_MAX_BAD)
+            return td_err_set(TD_EINVAL, "sampler: bad_words[%d] has %u tokens", i,
+                              p->bad_word_len[i]);
+        total += p->bad_word_len[i];
+    }
+    if (total > TD_SAMPLER_MAX_BAD)
+        return td_err_set(TD_EINVAL, "sampler: bad_words hold %zu tokens (at most %d)", total,
+                          TD_SAMPLER_MAX_BAD);
+    for (size_t i = 0; i < total; i++)
+        if (p->bad_words[i] < 0 || p->bad_words[i] >= vocab)
+            return td_err_set(TD_EINVAL, "sampler: bad_words token id %d outside [0, %d)",
+                              p->bad_words[i], vocab);
+    if (!needs_adjust(p))
+        return 0;
+    s->adj = td_calloc((size_t)vocab, sizeof(float));
+    s->count = td_calloc((size_t)vocab, sizeof(uint32_t));
+    s->seen = td_calloc((size_t)vocab, 1);
+    s->bias_ids = td_calloc((size_t)p->n_logit_bias + 1, sizeof(int32_t));
+    s->bias_values = td_calloc((size_t)p->n_logit_bias + 1, sizeof(float));
+    s->bad = td_calloc(total + 1, sizeof(int32_t));
+    s->bad_len = td_calloc((size_t)p->n_bad_words + 1, sizeof(uint32_t));
+    if (!s->adj || !s->count || !s->seen || !s->bias_ids || !s->bias_values || !s->bad || !s->bad_len)
+        return td_err_set(TD_ENOMEM, "sampler: out of memory");
+    if (p->n_logit_bias) {
+        memcpy(s->bias_ids, p->logit_bias_ids, (size_t)p->n_logit_bias * sizeof(int32_t));
+        memcpy(s->bias_values, p->logit_bias_values, (size_t)p->n_logit_bias * sizeof(float));
+    }
+    if (total)
+        memcpy(s->bad, p->bad_words, total * sizeof(int32_t));
+    if (p->n_bad_words)
+        memcpy(s->bad_len, p->bad_word_len, (size_t)p->n_bad_words * sizeof(uint32_t));
+    s->p.logit_bias_ids = NULL;
+    s->p.logit_bias_values = NULL;
+    s->p.bad_words = NULL;
+    s->p.bad_word_len = NULL;
+    return 0;
+}
+
+/* Record one generated token for the penalties and bad_words. */
+static void note_generated(td_sampler_t *s, int32_t token)
+{
+    if (!s->adj || token < 0 || token >= s->vocab)
+        return;
+    if (s->mask)
+        (void)td_jsonmask_advance(s->mask, token); /* the mask allowed it (or it came from a
+                                                      sampler with the same mask) */
+    s->count[token]++;
+    s->seen[token] = 1;
+    if (!s->p.n_bad_words)
+        return;
+    if (s->n_hist == s->cap_hist) {
+        int cap = s->cap_hist ? s->cap_hist * 2 : 64;
+        int32_t *h = td_reallocarray(s->hist, (size_t)cap, sizeof(int32_t));
+        if (!h)
+            return; /* bad_words then look at a shorter history: td_sampler_context reports */
+        s->hist = h;
+        s->cap_hist = cap;
+    }
+    s->hist[s->n_hist++] = token;
+}
+
+int td_sampler_context(td_sampler_t *s, const int32_t *toks, int n, int generated)
+{
+    if (!s->adj)
+        return 0;
+    memset(s->count, 0, (size_t)s->vocab * sizeof(uint32_t));
+    memset(s->seen, 0, (size_t)s->vocab);
+    s->n_hist = 0;
+    if (s->mask)
+        td_jsonmask_reset(s->mask);
+    if (generated > n)
+        generated = n;
+    for (int i = 0; i < n - generated; i++)
+        if (toks[i] >= 0 && toks[i] < s->vocab)
+            s->seen[toks[i]] = 1;
+    for (int i = n - generated; i < n; i++) {
+        int before = s->n_hist;
+        note_generated(s, toks[i]);
+        if (s->p.n_bad_words && s->n_hist == before)
+            return td_err_set(TD_ENOMEM, "sampler: out of memory");
+    }
+    return 0;
+}
+
+/* The logits the token is chosen from: raw ones adjusted as the header's order says. */
+static const float *adjust(td_sampler_t *s, const float *logits)
+{
+    if (!s->adj)
+        return logits;
+    int V = s->vocab;
+    float *a = s->adj;
+    memcpy(a, logits, (size_t)V * sizeof(float));
+    const td_sampling_t *p = &s->p;
+    if (s->n_generated < p->min_tokens) {
+        if (p->eos_id >= 0 && p->eos_id < V)
+            a[p->eos_id] = -INFINITY;
+        for (int i = 0; i < p->n_stop; i++)
+            if (p->stop_ids[i] >= 0 && p->stop_ids[i] < V)
+                a[p->stop_ids[i]] = -INFINITY;
+    }
+    for (int i = 0; i < p->n_logit_bias; i++)
+        a[s->bias_ids[i]] += s->bias_values[i];
+    /* bad_words: a sequence whose first len-1 tokens end the generated tokens bans its last */
+    const int32_t *w = s->bad;
+    for (int i = 0; i < p->n_bad_words; w += s->bad_len[i], i++) {
+        int pre = (int)s->bad_len[i] - 1;
+        if (pre > s->n_hist)
+            continue;
+        if (pre == 0 || !memcmp(w, s->hist + s->n_hist - pre, (size_t)pre * sizeof(int32_t)))
+            a[w[pre]] = -INFINITY;
+    }
+    if (s->mask) {
+        const uint64_t *ok = td_jsonmask_allowed(s->mask);
+        bool any = false;
+        for (int i = 0; ok && i < V; i++) {
+            if (!(ok[i >> 6] >> (i & 63) & 1))
+                a[i] = -INFINITY;
+            else
+                any |= a[i] > -INFINITY;
+        }
+        if (!any && p->eos_id >= 0 && p->eos_id < V) /* nothing fits: end it */
+            a[p->eos_id] = 0;
+    }
+    if (p->repetition_penalty != 1 || p->frequency_penalty != 0 || p->presence_penalty != 0)
+        for (int i = 0; i < V; i++) {
+            if (s->seen[i] && p->repetition_penalty != 1)
+                a[i] = a[i] > 0 ? a[i] / p->repetition_penalty : a[i] * p->repetition_penalty;
+            if (s->count[i])
+                a[i] -= p->frequency_penalty * (float)s->count[i] + p->presence_penalty;
+        }
+    return a;
 }
 
 int td_sampler_init(td_sampler_t *s, const td_sampling_t *p, int vocab)
@@ -39,8 +229,15 @@ int td_sampler_init(td_sampler_t *s, const td_sampling_t *p, int vocab)
         return td_err_set(TD_EINVAL, "sampler: logprobs %d must be in [-1, %d]", p->logprobs,
                           TD_SAMPLER_MAX_LOGPROBS);
     s->p = *p;
+    s->p.json_schema = NULL; /* borrowed: the worker compiles it into the mask */
+    s->p.json_schema_len = 0;
     s->vocab = vocab;
     td_rng_seed(&s->rng, p->seed);
+    int rc = init_adjust(s, p, vocab);
+    if (rc) {
+        td_sampler_free(s);
+        return rc;
+    }
     s->prob = td_calloc((size_t)vocab, sizeof(float));
     s->idx = td_calloc((size_t)vocab, sizeof(int32_t));
     if (!s->prob || !s->idx) {
@@ -54,8 +251,27 @@ void td_sampler_free(td_sampler_t *s)
 {
     free(s->prob);
     free(s->idx);
+    free(s->adj);
+    free(s->bias_ids);
+    free(s->bias_values);
+    free(s->bad);
+    free(s->bad_len);
+    free(s->count);
+    free(s->seen);
+    free(s->hist);
+    td_jsonmask_free(s->mask);
+    s->mask = NULL;
     s->prob = NULL;
     s->idx = NULL;
+    s->adj = NULL;
+    s->bias_ids = NULL;
+    s->bias_values = NULL;
+    s->bad = NULL;
+    s->bad_len = NULL;
+    s->count = NULL;
+    s->seen = NULL;
+    s->hist = NULL;
+    s->n_hist = s->cap_hist = 0;
 }
 
 /* qsort has no context argument: the key is per thread. */
@@ -178,6 +394,7 @@ static int32_t draw(td_sampler_t *s, const float *logits)
 static td_finish_t finish_after(td_sampler_t *s, int32_t token)
 {
     s->n_generated++;
+    note_generated(s, token);
     for (int i = 0; i < s->p.n_stop; i++)
         if (token == s->p.stop_ids[i])
             return TD_FINISH_STOP;
@@ -204,7 +421,14 @@ void td_sampler_sample(td_sampler_t *s, const float *logits, td_sample_t *out)
         sum += exp(logits[i] - mx);
     double lse = mx + log(sum);
 
-    out->token = s->p.temperature == 0 ? best : draw(s, logits);
+    const float *a = adjust(s, logits);
+    if (a != logits) {
+        best = 0;
+        for (int i = 1; i < V; i++)
+            if (a[i] > a[best])
+                best = i;
+    }
+    out->token = s->p.temperature == 0 ? best : draw(s, a);
     out->logprob = (float)(logits[out->token] - lse);
     /* top-n: insertion into a short sorted list (ties: lower id first) */
     int n = 0;

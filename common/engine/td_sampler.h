@@ -5,12 +5,18 @@
  * output whatever else shares the batch. Reported logprobs are those of the model's raw
  * distribution (log-softmax of the logits, before temperature and filters).
  *
- * Order: temperature, then top-k, top-p and min-p filters on the tempered distribution, then one
- * uniform draw. temperature == 0 is greedy (the lowest id among equal maxima).
+ * Order (vLLM's): the logits are first adjusted (td_sampler_adjust, in this order: min_tokens
+ * masks EOS and the stop ids, logit_bias adds, bad_words bans, then the repetition penalty over
+ * the prompt and the generated tokens, then the frequency and presence penalties over the
+ * generated tokens); then temperature, then top-k, top-p and min-p filters on the tempered
+ * distribution, then one uniform draw. temperature == 0 is greedy over the adjusted logits (the
+ * lowest id among equal maxima). Adjustments change which token is chosen, never the reported
+ * logprobs.
  */
 #ifndef TD_SAMPLER_H
 #define TD_SAMPLER_H
 
+#include "td_jsonfsm.h"
 #include "td_rng.h"
 
 #include <stdbool.h>
@@ -18,6 +24,8 @@
 
 #define TD_SAMPLER_MAX_LOGPROBS 20
 #define TD_SAMPLER_MAX_STOP 16
+#define TD_SAMPLER_MAX_BIAS 1024     /* logit_bias entries */
+#define TD_SAMPLER_MAX_BAD 4096      /* bad_words: tokens over all sequences */
 
 typedef struct td_sampling {
     float temperature; /* 0: greedy; > 0 */
@@ -32,6 +40,24 @@ typedef struct td_sampling {
     bool ignore_eos; /* keep going past EOS */
     int logprobs;    /* -1: no logprob records; else the sampled token's logprob plus this many
                         alternatives, 0..TD_SAMPLER_MAX_LOGPROBS */
+    /* -- penalties and biases (docs/sampling.md): 0 / 1 / empty is off */
+    float presence_penalty;   /* [-2, 2]: minus this once for every token generated at all */
+    float frequency_penalty;  /* [-2, 2]: minus this times the token's generated count */
+    float repetition_penalty; /* (0, 100]; 1: off. A token in the prompt or generated: a
+                                 positive logit divided by it, a negative one multiplied */
+    int min_tokens;           /* EOS and the stop ids cannot be sampled before this many */
+    /* borrowed for td_sampler_init, which copies them */
+    const int32_t *logit_bias_ids;  /* [n_logit_bias] */
+    const float *logit_bias_values; /* [n_logit_bias] in [-100, 100], added to the logit */
+    int n_logit_bias;
+    const int32_t *bad_words;     /* the sequences' tokens, one after another */
+    const uint32_t *bad_word_len; /* [n_bad_words] each sequence's length (>= 1) */
+    int n_bad_words;
+    /* -- structured outputs (td_jsonfsm.h): the worker compiles these into a td_jsonmask_t and
+     *    hands it to td_sampler_set_mask */
+    int json_mode;           /* 0: off, 1: any JSON object, 2: json_schema */
+    const char *json_schema; /* json_mode 2: the schema's JSON text, NUL-terminated (borrowed) */
+    size_t json_schema_len;
 } td_sampling_t;
 
 /* Defaults: greedy, no filters, no limit, no EOS, no logprobs (-1). */
@@ -63,6 +89,17 @@ typedef struct td_sampler {
     int n_generated;
     float *prob;  /* [vocab] scratch: tempered probabilities */
     int32_t *idx; /* [vocab] scratch: candidate ids */
+    /* adjustments (NULL when the parameters need none) */
+    float *adj;           /* [vocab] scratch: the adjusted logits */
+    int32_t *bias_ids;     /* own copies of p.logit_bias_* */
+    float *bias_values;
+    int32_t *bad;          /* own copy of p.bad_words */
+    uint32_t *bad_len;
+    uint32_t *count;       /* [vocab] generated count per token (penalties) */
+    uint8_t *seen;         /* [vocab] in the prompt or generated (repetition penalty) */
+    int32_t *hist;         /* [n_hist] the generated tokens (bad_words) */
+    td_jsonmask_t *mask;   /* structured outputs: tokens outside it are never chosen; owned */
+    int n_hist, cap_hist;
 } td_sampler_t;
 
 /* Validate the parameters and set up a sampler for a vocabulary of `vocab` tokens.
@@ -82,5 +119,18 @@ td_finish_t td_sampler_accept(td_sampler_t *s, int32_t token);
  * towards max_tokens. A sequence resumed on another worker after n generated tokens (migration)
  * continues with the tokens an uninterrupted run would have given. */
 void td_sampler_seek(td_sampler_t *s, int n);
+/* Tell the sampler the sequence's tokens: toks[0..n) of which the last `generated` were
+ * generated (a migrated sequence resumed, or 0 for a new one). It resets what the penalties and
+ * bad_words look at (counts of generated tokens, tokens seen) to exactly that, so a resumed
+ * sequence samples as the uninterrupted one would. Call after init (and after seek). 0 or
+ * TD_ENOMEM. */
+int td_sampler_context(td_sampler_t *s, const int32_t *toks, int n, int generated);
+/* Constrain the output by `m` (structured outputs; the sampler owns it from now on): a token it
+ * does not allow is never chosen, EOS only once the output is complete. Where the mask allows no
+ * token at all (a vocabulary lacking the bytes needed) EOS is chosen. Call before sampling and
+ * before td_sampler_context. 0 or TD_ENOMEM. */
+int td_sampler_set_mask(td_sampler_t *s, td_jsonmask_t *m);
+/* Whether the parameters adjust logits at all (the engine may skip td_sampler_adjust). */
+bool td_sampler_adjusts(const td_sampler_t *s);
 
 #endif

@@ -17,6 +17,22 @@ void td_msg_sampling_to_proto(const td_sampling_t *p, uint64_t seed, Tandem__Sam
     out->stop_ids = (int32_t *)p->stop_ids;
     out->ignore_eos = p->ignore_eos;
     out->logprobs = p->logprobs;
+    out->presence_penalty = p->presence_penalty;
+    out->frequency_penalty = p->frequency_penalty;
+    out->repetition_penalty = p->repetition_penalty;
+    out->min_tokens = p->min_tokens;
+    out->n_bad_words = 0;
+    for (int i = 0; i < p->n_bad_words; i++)
+        out->n_bad_words += p->bad_word_len[i];
+    out->bad_words = (int32_t *)p->bad_words;
+    out->n_bad_word_lens = (size_t)p->n_bad_words;
+    out->bad_word_lens = (uint32_t *)p->bad_word_len;
+    out->n_logit_bias_ids = out->n_logit_bias_values = (size_t)p->n_logit_bias;
+    out->logit_bias_ids = (int32_t *)p->logit_bias_ids;
+    out->logit_bias_values = (float *)p->logit_bias_values;
+    out->json_mode = (uint32_t)p->json_mode;
+    if (p->json_mode == 2 && p->json_schema)
+        out->json_schema = (char *)p->json_schema; /* NUL-terminated (td_sampling_t says) */
 }
 
 int td_msg_sampling_from_proto(const Tandem__Sampling *sp, td_sampling_t *p)
@@ -44,6 +60,36 @@ int td_msg_sampling_from_proto(const Tandem__Sampling *sp, td_sampling_t *p)
     for (size_t i = 0; i < sp->n_stop_ids; i++)
         p->stop_ids[i] = sp->stop_ids[i];
     p->n_stop = (int)sp->n_stop_ids;
+    /* adjustments: shapes here, ranges in td_sampler_init (both name the field) */
+    if (sp->n_logit_bias_ids != sp->n_logit_bias_values)
+        return td_err_set(TD_EINVAL, "sampling.logit_bias: %zu ids but %zu values",
+                          sp->n_logit_bias_ids, sp->n_logit_bias_values);
+    if (sp->n_logit_bias_ids > TD_SAMPLER_MAX_BIAS)
+        return td_err_set(TD_EINVAL, "sampling.logit_bias: %zu entries (at most %d)",
+                          sp->n_logit_bias_ids, TD_SAMPLER_MAX_BIAS);
+    size_t total = 0;
+    for (size_t i = 0; i < sp->n_bad_word_lens; i++)
+        total += sp->bad_word_lens[i];
+    if (sp->n_bad_word_lens > TD_SAMPLER_MAX_BAD || total != sp->n_bad_words)
+        return td_err_set(TD_EINVAL, "sampling.bad_words: %zu tokens, %zu by the lengths",
+                          sp->n_bad_words, total);
+    p->presence_penalty = sp->presence_penalty;
+    p->frequency_penalty = sp->frequency_penalty;
+    p->repetition_penalty = sp->repetition_penalty == 0 ? 1.0f : sp->repetition_penalty;
+    p->min_tokens = sp->min_tokens;
+    p->logit_bias_ids = sp->logit_bias_ids;
+    p->logit_bias_values = sp->logit_bias_values;
+    p->n_logit_bias = (int)sp->n_logit_bias_ids;
+    p->bad_words = sp->bad_words;
+    p->bad_word_len = sp->bad_word_lens;
+    p->n_bad_words = (int)sp->n_bad_word_lens;
+    if (sp->json_mode > 2)
+        return td_err_set(TD_EINVAL, "sampling.json_mode: %u (0..2)", sp->json_mode);
+    if (sp->json_mode == 2 && (!sp->json_schema || !*sp->json_schema))
+        return td_err_set(TD_EINVAL, "sampling.json_schema: empty with json_mode 2");
+    p->json_mode = (int)sp->json_mode;
+    p->json_schema = sp->json_mode == 2 ? sp->json_schema : NULL;
+    p->json_schema_len = p->json_schema ? strlen(p->json_schema) : 0;
     return 0;
 }
 

@@ -39,6 +39,10 @@ int td_wk_seq_resume(td_worker_t *w, td_wk_seq_t *s, uint32_t generated,
         return td_err_set(TD_EINVAL, "generated %u tokens of max_tokens %d: nothing to resume",
                           generated, s->smp.p.max_tokens);
     td_sampler_seek(&s->smp, n);
+    /* the penalties and bad_words count the last n of the tokens as generated */
+    int rc = td_sampler_context(&s->smp, s->toks, s->n_prompt, n);
+    if (rc)
+        return rc;
     s->n_resumed = n;
     return 0;
 }
@@ -181,6 +185,9 @@ td_wk_seq_t *td_wk_seq_new(td_worker_t *w, td_wk_router_t *rt, uint64_t req,
     }
     int rc = s->toks && (s->tenant || !s->tenant_len) ? td_sampler_init(&s->smp, &p, c->vocab_size)
                                                       : td_err_set(TD_ENOMEM, "out of memory");
+    if (!rc && ((rc = td_wk_structured(w, s, &p)) ||
+                (rc = td_sampler_context(&s->smp, toks, (int)n, 0))))
+        td_sampler_free(&s->smp);
     if (rc) {
         *code = rc;
         free(s->toks);

@@ -249,6 +249,10 @@ struct td_worker {
     td_model_t *model;
     const td_model_cfg_t *mc; /* &model->cfg */
     td_engine_t *engine;
+    /* structured outputs (structured.c): the vocabulary's byte trie, built from the model
+     * directory's tokenizer at the first request that needs it */
+    struct td_vocab_trie *vocab_trie;
+    bool vocab_trie_failed;
     bool sim;
     td_kv_layout_t layout;
     td_kv_pool_t pool;
@@ -301,6 +305,13 @@ td_wk_seq_t *td_wk_seq_new(td_worker_t *w, td_wk_router_t *rt, uint64_t req,
  * stream and the max_tokens count, from the task's `sp`, as one uninterrupted run), and usage
  * will count them as completion tokens. 0, or TD_EINVAL when `generated` leaves no prompt or
  * nothing to generate. */
+/* structured.c: constrain s's sampler by p's response format (json_mode, json_schema): the
+ * schema compiled, the mask over the model's vocabulary. 0 (also when p asks for none), or
+ * TD_EINVAL / TD_ENOTSUP naming the schema keyword, TD_ENOENT when the model directory has no
+ * tokenizer, TD_ENOMEM. */
+int td_wk_structured(td_worker_t *w, td_wk_seq_t *s, const td_sampling_t *p);
+void td_wk_structured_free(td_worker_t *w);
+
 int td_wk_seq_resume(td_worker_t *w, td_wk_seq_t *s, uint32_t generated,
                      const Tandem__Sampling *sp);
 /* Usage for the finish: the request's prompt tokens (without resumed ones), the completion

@@ -231,6 +231,7 @@ int td_worker_main(const td_worker_role_t *role, int argc, char **argv)
     }
     td_kv_pool_free(&w->pool);
     td_engine_free(w->engine);
+    td_wk_structured_free(w);
     td_model_free(w->model);
     td_wk_metrics_free(w);
     free(w->items);

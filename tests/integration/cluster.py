@@ -358,9 +358,14 @@ def offline_generate(build, model, req):
         argv += ["--prompt", req["prompt"]]
     argv += ["--max-tokens", str(req.get("max_tokens", 16))]
     for k, flag in (("temperature", "--temperature"), ("top_k", "--top-k"), ("top_p", "--top-p"),
-                    ("min_p", "--min-p"), ("seed", "--seed")):
+                    ("min_p", "--min-p"), ("seed", "--seed"),
+                    ("presence_penalty", "--presence-penalty"),
+                    ("frequency_penalty", "--frequency-penalty"),
+                    ("repetition_penalty", "--repetition-penalty"), ("min_tokens", "--min-tokens")):
         if k in req:
             argv += [flag, str(req[k])]
+    if req.get("logit_bias"):
+        argv += ["--logit-bias", ",".join("%s:%s" % kv for kv in req["logit_bias"].items())]
     if req.get("ignore_eos"):
         argv.append("--ignore-eos")
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120)

@@ -484,6 +484,188 @@ def scenario_routers(build):
     print("OK: two routers side by side share the workers")
 
 
+def scenario_penalties(build):
+    """Presence, frequency and repetition penalties, logit_bias and min_tokens give exactly
+    tandem generate's tokens through the cluster: greedy and seeded, with the first token sampled
+    on the prefill worker (the decode worker then carries the penalties' counts on from it) and
+    with a decode worker that computes the prompt itself. Each setting changes the output (else
+    the comparison would prove nothing)."""
+    model, cfg = make_model(build, "deepseek_v3")
+    rng = random.Random(33)
+    V = cfg["vocab_size"]
+    base = []
+    for i in range(4):
+        base.append({"prompt_ids": [rng.randrange(V) for _ in range(12)], "max_tokens": 24})
+    settings = [{"presence_penalty": 1.5}, {"frequency_penalty": 1.2},
+                {"repetition_penalty": 1.8}, {"presence_penalty": -0.5, "frequency_penalty": 0.7,
+                                              "repetition_penalty": 1.3},
+                {"logit_bias": {str(rng.randrange(V)): 30}}]
+    reqs = []
+    for b in base:
+        for st in settings:
+            for sampled in (False, True):
+                r = dict(b, **st)
+                r.update(temperature=0.8, seed=rng.randrange(1 << 30)) if sampled else \
+                    r.update(temperature=0)
+                reqs.append(r)
+    want = [C.offline_generate(build, model, r) for r in reqs]
+    plain = [C.offline_generate(build, model, {k: v for k, v in r.items()
+                                               if k in ("prompt_ids", "max_tokens",
+                                                        "temperature", "seed")}) for r in reqs]
+    changed = sum(w != p for w, p in zip(want, plain))
+    check(changed >= len(reqs) // 2, "only %d of %d settings change the output" %
+          (changed, len(reqs)))
+    # min_tokens: the EOS token (logit-biased to be the greedy choice) waits for 5 tokens
+    eos = cfg.get("eos_token_id", 1)
+    eos = eos[0] if isinstance(eos, list) else eos
+    mt = {"prompt_ids": base[0]["prompt_ids"], "max_tokens": 12, "temperature": 0,
+          "logit_bias": {str(eos): 100}, "min_tokens": 5}
+    want_mt = C.offline_generate(build, model, mt)
+    check(len(want_mt) == 6 and want_mt[-1] == eos and eos not in want_mt[:5],
+          "min_tokens 5 with EOS favoured: tandem generate gave %s (eos %d)" % (want_mt, eos))
+    reqs.append(mt)
+    want.append(want_mt)
+    for n_prefill in (1, 0):
+        cl = C.Cluster(build, model, n_prefill=n_prefill, n_decode=1)
+        try:
+            got = cl.batch(reqs)
+            bad = [i for i, (g, w) in enumerate(zip(got, want)) if g["error"] or g["ids"] != w]
+            check(not bad, "%s: requests %s differ or failed: %s" % (
+                "disaggregated" if n_prefill else "local prefill", bad,
+                [(got[i]["error"], got[i]["ids"], want[i]) for i in bad[:3]]))
+            codes = cl.stop()
+            check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+        finally:
+            C._kill_all()
+    print("OK: %d requests with penalties, logit_bias and min_tokens (%d changed by them) equal "
+          "to tandem generate, disaggregated and with local prefill" % (len(reqs), changed))
+
+
+def _validate(v, schema, path="$"):
+    """A small JSON schema validator for the subset structured outputs serve (td_jsonfsm.h):
+    the list of what is wrong with v (empty: valid)."""
+    errs = []
+    if "const" in schema:
+        return [] if v == schema["const"] else ["%s: %r is not the const" % (path, v)]
+    if "enum" in schema:
+        ok = any(v == e and type(v) == type(e) for e in schema["enum"])
+        return [] if ok else ["%s: %r not in the enum" % (path, v)]
+    t = schema.get("type")
+    kinds = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
+    if t in kinds and not isinstance(v, kinds[t]):
+        return ["%s: %r is not %s" % (path, v, t)]
+    if t == "integer" and (not isinstance(v, int) or isinstance(v, bool)):
+        return ["%s: %r is not an integer" % (path, v)]
+    if t == "number" and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+        return ["%s: %r is not a number" % (path, v)]
+    if t == "object":
+        props = schema.get("properties", {})
+        for k in schema.get("required", []):
+            if k not in v:
+                errs.append("%s: %s missing" % (path, k))
+        for k, x in v.items():
+            if k in props:
+                errs += _validate(x, props[k], path + "." + k)
+            elif schema.get("additionalProperties") is False:
+                errs.append("%s: extra property %s" % (path, k))
+    if t == "array":
+        if len(v) < schema.get("minItems", 0) or len(v) > schema.get("maxItems", 1 << 30):
+            errs.append("%s: %d items" % (path, len(v)))
+        for i, x in enumerate(v):
+            errs += _validate(x, schema.get("items", {}), "%s[%d]" % (path, i))
+    if t == "string" and not schema.get("minLength", 0) <= len(v) <= schema.get("maxLength", 1 << 30):
+        errs.append("%s: length %d" % (path, len(v)))
+    return errs
+
+
+def scenario_structured(build):
+    """Structured outputs through the cluster: response_format json_object and json_schema (chat
+    and completions, greedy and sampled, disaggregated), Anthropic's output_format: every output
+    that ends on its own (finish_reason stop) parses and validates; outputs cut by max_tokens are
+    counted (they may not be complete JSON, as documented). A bad schema gets a 400 naming the
+    keyword."""
+    model, cfg = make_model(build, "deepseek_v3")
+    schema = {"type": "object", "additionalProperties": False,
+              "properties": {"name": {"type": "string", "maxLength": 6},
+                             "age": {"type": "integer"},
+                             "color": {"enum": ["red", "green", "blue"]},
+                             "tags": {"type": "array", "items": {"type": "string", "maxLength": 4},
+                                      "maxItems": 3},
+                             "ok": {"type": "boolean"}},
+              "required": ["name", "age", "color", "tags", "ok"]}
+    cl = C.Cluster(build, model, n_prefill=1, n_decode=1)
+    stats = {"stop": 0, "length": 0}
+    try:
+        def one(path, body, sch, anthropic=False):
+            st, out, _ = cl.http_json(path, body, timeout=300)
+            check(st == 200, "%s: status %d %s" % (path, st, out))
+            if anthropic:
+                text, fin = out["content"][0]["text"], out["stop_reason"]
+                fin = {"end_turn": "stop", "max_tokens": "length"}.get(fin, fin)
+            elif "messages" in body:
+                text, fin = out["choices"][0]["message"]["content"], out["choices"][0]["finish_reason"]
+            else:
+                text, fin = out["choices"][0]["text"], out["choices"][0]["finish_reason"]
+            stats[fin] = stats.get(fin, 0) + 1
+            if fin != "stop":
+                return
+            try:
+                v = json.loads(text)
+            except ValueError as e:
+                check(False, "%s: output does not parse (%s): %r" % (path, e, text))
+            if sch is None:
+                check(isinstance(v, dict), "json_object output is not an object: %r" % text)
+            else:
+                errs = _validate(v, sch)
+                check(not errs, "output %r does not validate: %s" % (text, errs))
+        rng = random.Random(8)
+        for i in range(12):
+            samp = {"temperature": 0} if i % 2 == 0 else {"temperature": 1.0,
+                                                            "seed": rng.randrange(1 << 30)}
+            rf = {"type": "json_schema", "json_schema": {"name": "person", "strict": True,
+                                                          "schema": schema}}
+            msgs = [{"role": "user", "content": "Describe someone %d" % i}]
+            one("/v1/chat/completions", dict(samp, messages=msgs, max_tokens=200,
+                                             response_format=rf), schema)
+            one("/v1/completions", dict(samp, prompt="Person %d:" % i, max_tokens=200,
+                                        response_format=rf), schema)
+            one("/v1/chat/completions", dict(samp, messages=msgs, max_tokens=200,
+                                             response_format={"type": "json_object"}), None)
+            one("/v1/messages", dict(samp, messages=msgs, max_tokens=200,
+                                     output_format={"type": "json_schema", "schema": schema}),
+                schema, anthropic=True)
+        print("structured outputs: %s (finish reasons)" % stats)
+        # bad_words: ban the first token greedy decoding gives (its text, tokenized by the
+        # router as vLLM does); the first token must change
+        banned = 0
+        for i in range(6):
+            body = {"prompt": "Item %d" % i, "max_tokens": 4, "temperature": 0, "logprobs": 0}
+            st, out, _ = cl.http_json("/v1/completions", body)
+            check(st == 200, "completion: %d %s" % (st, out))
+            first = out["choices"][0]["logprobs"]["tokens"][0]
+            if "\ufffd" in first or not first.strip():
+                continue
+            st, out2, _ = cl.http_json("/v1/completions", dict(body, bad_words=[first]))
+            check(st == 200, "bad_words: %d %s" % (st, out2))
+            check(out2["choices"][0]["logprobs"]["tokens"][0] != first,
+                  "bad_words %r: still the first token" % first)
+            banned += 1
+        check(banned >= 2, "only %d prompts had a plain first token to ban" % banned)
+        print("bad_words: the banned first token changed in %d requests" % banned)
+        check(stats["stop"] >= 24, "only %d of 48 outputs ended on their own" % stats["stop"])
+        st, out, _ = cl.http_json("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "x"}], "max_tokens": 5,
+            "response_format": {"type": "json_schema", "json_schema": {
+                "name": "n", "schema": {"type": "object", "properties": {
+                    "a": {"type": "string", "format": "email"}}}}}})
+        check(st == 400 and "format" in json.dumps(out), "bad schema: %d %s" % (st, out))
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    print("OK: structured outputs parse and validate through the cluster")
+
+
 def scenario_preempt(build):
     """A decode worker whose KV pool cannot hold every running sequence preempts (drops a
     sequence's blocks, recomputes them later) instead of failing requests; the tokens are still
@@ -1503,6 +1685,10 @@ def main():
         scenario_bench(build)
     elif scen == "routers":
         scenario_routers(build)
+    elif scen == "structured":
+        scenario_structured(build)
+    elif scen == "penalties":
+        scenario_penalties(build)
     elif scen == "preempt":
         scenario_preempt(build)
     elif scen == "cache":

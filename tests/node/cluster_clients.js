@@ -204,6 +204,33 @@ async function main() {
     assert.equal(helper.output_text, r.output_text);
   });
 
+  // structured outputs: bounded strings and an enum, so every greedy output ends on its own
+  const person = { type: 'object', additionalProperties: false,
+                   properties: { name: { type: 'string', maxLength: 8 },
+                                 color: { enum: ['red', 'green', 'blue'] },
+                                 age: { type: 'integer' }, ok: { type: 'boolean' } },
+                   required: ['name', 'color', 'age', 'ok'] };
+  const checkPerson = (v) => {
+    assert.deepEqual(Object.keys(v).sort(), ['age', 'color', 'name', 'ok']);
+    assert.ok(typeof v.name === 'string' && [...v.name].length <= 8, `name ${v.name}`);
+    assert.ok(['red', 'green', 'blue'].includes(v.color));
+    assert.ok(Number.isInteger(v.age) && typeof v.ok === 'boolean');
+  };
+  await check('chat.completions.parse with a strict JSON schema', async () => {
+    const r = await openai.chat.completions.parse({
+      model, messages, max_tokens: 200, temperature: 0,
+      response_format: { type: 'json_schema',
+                         json_schema: { name: 'person', strict: true, schema: person } } });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    checkPerson(r.choices[0].message.parsed);
+  });
+  await check('responses.create with text.format json_schema', async () => {
+    const r = await openai.responses.create({
+      model, input: 'Describe a person', max_output_tokens: 200, temperature: 0,
+      text: { format: { type: 'json_schema', name: 'person', strict: true, schema: person } } });
+    checkPerson(JSON.parse(r.output_text));
+  });
+
   console.log(`${passed} checks passed`);
 }
 

@@ -367,6 +367,243 @@ START_TEST(test_seek_continues_stream)
 }
 END_TEST
 
+/* Greedy tokens of a sampler over fixed logits. */
+static void greedy_run(td_sampling_t *p, const float *lg, int V, const int32_t *prompt, int np,
+                       int n, int32_t *out, td_finish_t *fin)
+{
+    td_sampler_t s;
+    ck_assert_int_eq(td_sampler_init(&s, p, V), 0);
+    ck_assert_int_eq(td_sampler_context(&s, prompt, np, 0), 0);
+    for (int i = 0; i < n; i++) {
+        td_sample_t o;
+        td_sampler_sample(&s, lg, &o);
+        out[i] = o.token;
+        if (fin)
+            fin[i] = o.finish;
+    }
+    td_sampler_free(&s);
+}
+
+/* logit_bias adds to the logit: +ln 4 on id 0 makes the probabilities (4, 2, 3, 4) / 13; +2
+ * makes it the greedy choice; the reported logprob stays the raw one. */
+START_TEST(test_logit_bias)
+{
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    int32_t bid = 0;
+    float bias = 2.0f;
+    p.logit_bias_ids = &bid;
+    p.logit_bias_values = &bias;
+    p.n_logit_bias = 1;
+    p.logprobs = 0;
+    td_sampler_t s;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), 0);
+    td_sample_t o;
+    td_sampler_sample(&s, L, &o);
+    ck_assert_int_eq(o.token, 0);
+    ck_assert(fabsf(o.logprob - logf(0.1f)) < 1e-6);
+    td_sampler_free(&s);
+    bias = logf(4.0f);
+    p.temperature = 1;
+    p.seed = 7;
+    expect_freqs(&p, (double[]){4 / 13.0, 2 / 13.0, 3 / 13.0, 4 / 13.0});
+    bias = -100; /* as OpenAI: -100 all but bans */
+    expect_freqs(&p, (double[]){0, 2 / 9.0, 3 / 9.0, 4 / 9.0});
+}
+END_TEST
+
+/* Presence and frequency penalties over the generated tokens only (a prompt token is not
+ * penalised), computed by hand on ln(1..4) = 0, .693, 1.099, 1.386. */
+START_TEST(test_presence_frequency)
+{
+    int32_t prompt[] = {3, 3, 3}, got[6];
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    p.presence_penalty = 0.5f;
+    /* 3; 3 at .886 < 1.099: 2; 2 at .599: 3 (.886 stays: presence counts once) */
+    greedy_run(&p, L, 4, prompt, 3, 5, got, NULL);
+    int32_t want_p[] = {3, 2, 3, 3, 3};
+    ck_assert_mem_eq(got, want_p, sizeof(want_p));
+    td_sampling_defaults(&p);
+    p.frequency_penalty = 0.5f;
+    /* 3 (1.386); 3 -> .886: 2 (1.099); 2 -> .599: 3 (.886); 3 -> .386: 1 (.693);
+       1 -> .193: 2 (.599); 2 -> .099: 3 (.386) */
+    greedy_run(&p, L, 4, prompt, 3, 6, got, NULL);
+    int32_t want_f[] = {3, 2, 3, 1, 2, 3};
+    ck_assert_mem_eq(got, want_f, sizeof(want_f));
+    td_sampling_defaults(&p);
+    p.frequency_penalty = -2.0f; /* negative: encourages repeats */
+    greedy_run(&p, (float[]){0, 0, 0, 1.5f}, 4, prompt, 0, 1, got, NULL);
+    ck_assert_int_eq(got[0], 3);
+}
+END_TEST
+
+/* The repetition penalty over prompt and generated tokens: a positive logit divided by it, a
+ * negative one multiplied. */
+START_TEST(test_repetition)
+{
+    int32_t prompt[] = {3}, got[3];
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    p.repetition_penalty = 3.0f;
+    /* 3 is in the prompt: 1.386 / 3 = .462: 2; then 2 -> .366, 3 .462, 1 .693: 1 */
+    greedy_run(&p, L, 4, prompt, 1, 3, got, NULL);
+    ck_assert_int_eq(got[0], 2);
+    ck_assert_int_eq(got[1], 1);
+    ck_assert_int_eq(got[2], 3); /* 1 -> .231, 0 is 0, 3 .462 */
+    float neg[] = {-0.5f, -1.0f, -2.0f, -3.0f};
+    int32_t zero[] = {0};
+    greedy_run(&p, neg, 4, zero, 1, 1, got, NULL);
+    ck_assert_int_eq(got[0], 1); /* -0.5 * 3 = -1.5 < -1 */
+    p.repetition_penalty = 1.0f;
+    greedy_run(&p, neg, 4, zero, 1, 1, got, NULL);
+    ck_assert_int_eq(got[0], 0);
+}
+END_TEST
+
+/* min_tokens: EOS and the stop ids are masked until that many tokens were generated. */
+START_TEST(test_min_tokens)
+{
+    int32_t got[4];
+    td_finish_t fin[4];
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    p.eos_id = 3;
+    p.stop_ids[0] = 2;
+    p.n_stop = 1;
+    p.min_tokens = 2;
+    greedy_run(&p, L, 4, NULL, 0, 3, got, fin);
+    ck_assert_int_eq(got[0], 1);
+    ck_assert_int_eq(fin[0], TD_FINISH_NONE);
+    ck_assert_int_eq(got[1], 1);
+    ck_assert_int_eq(got[2], 3);
+    ck_assert_int_eq(fin[2], TD_FINISH_STOP);
+    p.min_tokens = 0;
+    greedy_run(&p, L, 4, NULL, 0, 1, got, fin);
+    ck_assert_int_eq(got[0], 3);
+    ck_assert_int_eq(fin[0], TD_FINISH_STOP);
+}
+END_TEST
+
+/* bad_words: the last token of a sequence is banned when the rest ends the generated tokens. */
+START_TEST(test_bad_words)
+{
+    int32_t got[5];
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    int32_t words[] = {3, 3, 1, 2, 0};
+    uint32_t lens[] = {2, 3};
+    p.bad_words = words;
+    p.bad_word_len = lens;
+    p.n_bad_words = 1; /* [3, 3] */
+    greedy_run(&p, L, 4, NULL, 0, 5, got, NULL);
+    int32_t want[] = {3, 2, 3, 2, 3};
+    ck_assert_mem_eq(got, want, sizeof(want));
+    words[0] = 1; /* [1]: id 1 is never chosen, even by sampling */
+    lens[0] = 1;
+    p.temperature = 1;
+    expect_freqs(&p, (double[]){1 / 8.0, 0, 3 / 8.0, 4 / 8.0});
+    /* [1, 2, 0]: only after 1, 2 */
+    p.temperature = 0;
+    words[0] = 5; /* unused first word, replaced by: */
+    int32_t w2[] = {3, 3, 3};
+    uint32_t l2[] = {3};
+    p.bad_words = w2;
+    p.bad_word_len = l2;
+    greedy_run(&p, L, 4, NULL, 0, 4, got, NULL);
+    int32_t want2[] = {3, 3, 2, 3};
+    ck_assert_mem_eq(got, want2, sizeof(want2));
+}
+END_TEST
+
+/* A sequence resumed at position n (td_sampler_seek, then td_sampler_context with its last n
+ * tokens as generated) continues as the uninterrupted one, penalties and bad_words included. */
+START_TEST(test_context_resume)
+{
+    for (int greedy = 0; greedy < 2; greedy++) {
+        td_sampling_t p;
+        td_sampling_defaults(&p);
+        p.temperature = greedy ? 0.0f : 1.0f;
+        p.seed = 99;
+        p.frequency_penalty = 0.7f;
+        p.presence_penalty = 0.2f;
+        p.repetition_penalty = 1.3f;
+        int32_t words[] = {2, 2};
+        uint32_t lens[] = {2};
+        p.bad_words = words;
+        p.bad_word_len = lens;
+        p.n_bad_words = 1;
+        int32_t toks[40] = {0, 1};
+        td_sampler_t a;
+        ck_assert_int_eq(td_sampler_init(&a, &p, 4), 0);
+        ck_assert_int_eq(td_sampler_context(&a, toks, 2, 0), 0);
+        for (int i = 0; i < 30; i++) {
+            td_sample_t o;
+            td_sampler_sample(&a, L, &o);
+            toks[2 + i] = o.token;
+            if (i && toks[1 + i] == 2)
+                ck_assert_int_ne(o.token, 2);
+        }
+        td_sampler_free(&a);
+        for (int n = 1; n < 30; n += 7) {
+            td_sampler_t b;
+            ck_assert_int_eq(td_sampler_init(&b, &p, 4), 0);
+            td_sampler_seek(&b, n);
+            ck_assert_int_eq(td_sampler_context(&b, toks, 2 + n, n), 0);
+            for (int i = n; i < 30; i++) {
+                td_sample_t o;
+                td_sampler_sample(&b, L, &o);
+                ck_assert_int_eq(o.token, toks[2 + i]);
+            }
+            td_sampler_free(&b);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_bad_adjust_params)
+{
+    td_sampling_t p;
+    td_sampler_t s;
+    int32_t bid = 4;
+    float bias = 1;
+    int32_t w[] = {9};
+    uint32_t l[] = {1}, l0[] = {0};
+    td_sampling_defaults(&p);
+    p.presence_penalty = 2.5f;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "presence_penalty"));
+    td_sampling_defaults(&p);
+    p.frequency_penalty = -3;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "frequency_penalty"));
+    td_sampling_defaults(&p);
+    p.repetition_penalty = 0;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "repetition_penalty"));
+    td_sampling_defaults(&p);
+    p.logit_bias_ids = &bid;
+    p.logit_bias_values = &bias;
+    p.n_logit_bias = 1;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "logit_bias"));
+    bid = 1;
+    bias = 101;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    td_sampling_defaults(&p);
+    p.min_tokens = -1;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    td_sampling_defaults(&p);
+    p.bad_words = w;
+    p.bad_word_len = l;
+    p.n_bad_words = 1;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+    ck_assert_ptr_nonnull(strstr(td_err_msg(), "bad_words"));
+    p.bad_word_len = l0;
+    ck_assert_int_eq(td_sampler_init(&s, &p, 4), TD_EINVAL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("sampler");
@@ -381,6 +618,13 @@ int main(void)
     tcase_add_test(tc, test_top_p_wide_nucleus);
     tcase_add_test(tc, test_accept_continues_stream);
     tcase_add_test(tc, test_seek_continues_stream);
+    tcase_add_test(tc, test_logit_bias);
+    tcase_add_test(tc, test_presence_frequency);
+    tcase_add_test(tc, test_repetition);
+    tcase_add_test(tc, test_min_tokens);
+    tcase_add_test(tc, test_bad_words);
+    tcase_add_test(tc, test_context_resume);
+    tcase_add_test(tc, test_bad_adjust_params);
     suite_add_tcase(su, tc);
     return td_check_run(su);
 }

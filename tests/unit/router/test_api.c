@@ -1,6 +1,7 @@
 /* test_api.c: the router's request parsing and validation for OpenAI completions, chat
  * completions and Anthropic messages, including malformed bodies. */
 #include "api.h"
+#include "td_tokenizer.h"
 #include "td_error.h"
 #include "td_util.h"
 #include "td_check.h"
@@ -95,6 +96,105 @@ START_TEST(test_sampling_limits)
 }
 END_TEST
 
+/* The logit adjustments reach the engine's settings (the sampler's tests check their effect). */
+START_TEST(test_adjust_fields)
+{
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                       "\"presence_penalty\":0.5,\"frequency_penalty\":-1,"
+                       "\"repetition_penalty\":1.2,\"logit_bias\":{\"7\":-100,\"12\":2.5},"
+                       "\"min_tokens\":3,\"max_tokens\":4,\"stop_token_ids\":[9]}";
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_eq(parse(TD_API_CHAT, body, &r, &param), 0);
+    td_sampling_t sp;
+    td_api_sampling(&r, &sp);
+    ck_assert(sp.presence_penalty == 0.5f && sp.frequency_penalty == -1.0f);
+    ck_assert(sp.repetition_penalty == 1.2f);
+    ck_assert_int_eq(sp.min_tokens, 3);
+    ck_assert_int_eq(sp.n_logit_bias, 2);
+    for (int i = 0; i < 2; i++)
+        ck_assert(sp.logit_bias_ids[i] == 7 ? sp.logit_bias_values[i] == -100
+                                            : sp.logit_bias_ids[i] == 12 &&
+                                                  sp.logit_bias_values[i] == 2.5f);
+    ck_assert_int_eq(sp.n_stop, 1);
+    td_api_request_free(&r);
+    /* Anthropic's Messages takes stop_token_ids and the adjustments too (vLLM's extensions) */
+    ck_assert_int_eq(parse(TD_API_MESSAGES,
+                           "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+                           "\"x\"}],\"stop_token_ids\":[4],\"min_tokens\":2}",
+                           &r, &param),
+                     0);
+    td_api_sampling(&r, &sp);
+    ck_assert_int_eq(sp.stop_ids[0], 4);
+    ck_assert_int_eq(sp.min_tokens, 2);
+    ck_assert(sp.repetition_penalty == 1.0f && sp.n_logit_bias == 0);
+    ck_assert_int_eq(sp.json_mode, 0);
+    td_api_request_free(&r);
+    /* structured outputs: json_object, json_schema (kept as compact text), Anthropic's */
+    ck_assert_int_eq(parse(TD_API_CHAT,
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                           "\"response_format\":{\"type\":\"json_object\"}}",
+                           &r, &param),
+                     0);
+    td_api_sampling(&r, &sp);
+    ck_assert_int_eq(sp.json_mode, 1);
+    td_api_request_free(&r);
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS,
+                           "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\","
+                           "\"json_schema\":{\"name\":\"p\",\"strict\":true,\"schema\":"
+                           "{ \"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+                           "\"integer\"}}}}}}",
+                           &r, &param),
+                     0);
+    td_api_sampling(&r, &sp);
+    ck_assert_int_eq(sp.json_mode, 2);
+    ck_assert_str_eq(sp.json_schema,
+                     "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}");
+    td_api_request_free(&r);
+    ck_assert_int_eq(parse(TD_API_MESSAGES,
+                           "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":"
+                           "\"x\"}],\"output_format\":{\"type\":\"json_schema\",\"schema\":"
+                           "{\"type\":\"array\"}}}",
+                           &r, &param),
+                     0);
+    td_api_sampling(&r, &sp);
+    ck_assert_int_eq(sp.json_mode, 2);
+    td_api_request_free(&r);
+}
+END_TEST
+
+/* bad_words are tokenized as vLLM does: as given and with a leading space. A byte-level BPE of
+ * a, b, c, Ġ (space), ab, bc, abc: "abc" is [6] and " abc" is [3, 6]. */
+START_TEST(test_bad_words)
+{
+    static const char tj[] =
+        "{\"version\":\"1.0\",\"added_tokens\":[],\"normalizer\":null,\"pre_tokenizer\":"
+        "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},"
+        "\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":"
+        "{\"a\":0,\"b\":1,\"c\":2,\"\\u0120\":3,\"ab\":4,\"bc\":5,\"abc\":6},"
+        "\"merges\":[\"b c\",\"a b\",\"a bc\"]}}";
+    td_tokenizer_t *tok;
+    ck_assert_int_eq(td_tokenizer_load_mem(tj, strlen(tj), NULL, 0, "mini", &tok), 0);
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS,
+                           "{\"prompt\":\"x\",\"bad_words\":[\"abc\",\" abc\",\"b\"]}", &r,
+                           &param),
+                     0);
+    ck_assert_int_eq(td_api_tokenize_bad_words(&r, tok, &param), 0);
+    td_sampling_t sp;
+    td_api_sampling(&r, &sp);
+    /* "abc" -> [6], " abc" -> [3, 6]; " abc" again: the same two; "b" -> [1], " b" -> [3, 1] */
+    ck_assert_int_eq(sp.n_bad_words, 4);
+    int32_t want[] = {6, 3, 6, 1, 3, 1};
+    uint32_t want_len[] = {1, 2, 1, 2};
+    ck_assert_mem_eq(sp.bad_words, want, sizeof(want));
+    ck_assert_mem_eq(sp.bad_word_len, want_len, sizeof(want_len));
+    td_api_request_free(&r);
+    td_tokenizer_free(tok);
+}
+END_TEST
+
 START_TEST(test_prompt_ids)
 {
     td_api_request_t r;
@@ -153,6 +253,20 @@ static const struct bad {
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"suffix\":\"y\"}", TD_ENOTSUP, "suffix", "not supported"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"best_of\":3}", TD_ENOTSUP, "best_of", "not supported"},
     {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"seed\":\"1\"}", TD_EINVAL, "seed", "integer"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"presence_penalty\":2.5}", TD_EINVAL, "presence_penalty", "[-2, 2]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"frequency_penalty\":-3}", TD_EINVAL, "frequency_penalty", "[-2, 2]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"repetition_penalty\":0}", TD_EINVAL, "repetition_penalty", "(0, 100]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":[1]}", TD_EINVAL, "logit_bias", "object"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"abc\":1}}", TD_EINVAL, "logit_bias", "\"abc\" is not a token id"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", TD_EINVAL, "logit_bias", "not a token id"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":101}}", TD_EINVAL, "logit_bias", "[-100, 100]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":\"up\"}}", TD_EINVAL, "logit_bias", "number"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"bad_words\":\"x\"}", TD_EINVAL, "bad_words", "array of strings"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"bad_words\":[\"\"]}", TD_EINVAL, "bad_words", "bad_words[0]"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"bad_words\":[3]}", TD_EINVAL, "bad_words", "non-empty string"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"min_tokens\":-1}", TD_EINVAL, "min_tokens", "[0,"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"min_tokens\":1.5}", TD_EINVAL, "min_tokens", "integer"},
+    {TD_API_COMPLETIONS, "{\"prompt\":\"x\",\"min_tokens\":9,\"max_tokens\":8}", TD_EINVAL, "min_tokens", "must not exceed"},
     {TD_API_CHAT, "{}", TD_EINVAL, "messages", "array"},
     {TD_API_CHAT, "{\"messages\":[]}", TD_EINVAL, "messages", "empty"},
     {TD_API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", TD_EINVAL, "messages", "messages[0].role"},
@@ -176,7 +290,14 @@ static const struct bad {
     {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"sometimes\"}}", TD_EINVAL, "tool_choice.type", "auto"},
     {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":3}]}]}", TD_EINVAL, "messages.0.content.0.input", "wrong type"},
     {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"content\":\"r\"}]}]}", TD_EINVAL, "messages.0.content.0.tool_use_id", "string"},
-    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", TD_ENOTSUP, "response_format", "text"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"xml\"}}", TD_EINVAL, "response_format.type", "'xml'"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":\"json\"}", TD_EINVAL, "response_format", "object"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}", TD_EINVAL, "response_format.json_schema", "'name'"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}}", TD_EINVAL, "response_format.json_schema.name", "non-empty"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}", TD_ENOTSUP, "response_format.json_schema.schema", "'pattern'"},
+    {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":5}}}", TD_EINVAL, "response_format.json_schema.schema", "schema object"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"output_format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"}}}}}", TD_ENOTSUP, "output_format.schema", "schema.properties.a.$ref"},
+    {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"output_format\":{\"type\":\"json\"}}", TD_EINVAL, "output_format.type", "json_schema"},
     {TD_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}", TD_EINVAL, "chat_template_kwargs.enable_thinking", "boolean"},
     {TD_API_MESSAGES, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", TD_EINVAL, "max_tokens", "required"},
     {TD_API_MESSAGES, "{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", TD_EINVAL, "messages", "messages.0.role"},
@@ -381,6 +502,15 @@ START_TEST(test_responses)
     ck_assert_int_eq(parse(TD_API_RESPONSES, "{\"input\":\"hi\"}", &r, &param), 0);
     ck_assert_uint_eq(r.msgs.n, 1);
     td_api_request_free(&r);
+    /* structured outputs in Responses: text.format, flat */
+    ck_assert_int_eq(parse(TD_API_RESPONSES,
+                           "{\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"json_schema\","
+                           "\"name\":\"p\",\"strict\":true,\"schema\":{\"type\":\"object\"}}}}",
+                           &r, &param),
+                     0);
+    ck_assert_int_eq(r.json_mode, 2);
+    ck_assert_str_eq(r.json_schema, "{\"type\":\"object\"}");
+    td_api_request_free(&r);
     static const struct {
         const char *body, *param;
     } bad[] = {
@@ -397,7 +527,9 @@ START_TEST(test_responses)
         {"{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":1}]}", "tools[0].parameters"},
         {"{\"input\":\"x\",\"tool_choice\":\"required\"}", "tool_choice"},
         {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens"},
-        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_object\"}}}", "text.format"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"xml\"}}}", "text.format.type"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"schema\":{}}}}", "text.format.name"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"n\",\"schema\":{\"anyOf\":[]}}}}", "text.format.schema"},
         {"{\"input\":\"x\",\"previous_response_id\":\"resp_1\"}", "previous_response_id"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -415,6 +547,8 @@ int main(void)
     tcase_add_test(tc, test_completions_defaults);
     tcase_add_test(tc, test_completions_full);
     tcase_add_test(tc, test_prompt_ids);
+    tcase_add_test(tc, test_adjust_fields);
+    tcase_add_test(tc, test_bad_words);
     tcase_add_test(tc, test_bad_requests);
     tcase_add_test(tc, test_sampling_limits);
     tcase_add_test(tc, test_chat);
