@@ -1051,8 +1051,13 @@ def scenario_index(build):
         # Redis back, empty: the workers republish their inventories, hits come back
         cl.redis.start()
         wait_for(lambda: holders(holder) == 1, 20, "the holder's inventory in Redis again")
+        blocks = lambda: cl.worker_metric(None, "tandem_kv_index_blocks")
+        wait_for(lambda: blocks() > 0, 20, "the router's mirror read from Redis again")
         p2 = prompt()
+        b0 = blocks()
         first = cl.batch([p2])[0]
+        # the holder's announcement of p2's blocks reaches the router through Redis's channel
+        wait_for(lambda: blocks() > b0, 20, "p2's blocks in the router's mirror")
         again = [cl.batch([p2])[0] for _ in range(3)]
         check(first["cached_tokens"] == 0 and all(a["cached_tokens"] == full for a in again),
               "hits after Redis came back: %s %s" % (first["cached_tokens"],
