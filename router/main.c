@@ -119,6 +119,10 @@ static const td_opt_t opts[] = {
      "a request that finds no decode worker available (none registered, all draining) waits "
      "this long for one, then gets 503 with Retry-After",
      0, 3600},
+    {"admission.max_queue_wait_s", TD_OPT_DOUBLE, O(max_queue_wait_s), "30",
+     "a request that no worker has taken after this many seconds in the waiting queue (the "
+     "cluster is over capacity) gets 503 with Retry-After instead of waiting on; 0: no limit",
+     0, 86400},
     {"migration.enabled", TD_OPT_BOOL, O(migrate), "true",
      "when a decode worker dies, stalls or misses a deadline mid-stream, resume its sequences "
      "elsewhere with the prompt plus every token generated so far (greedy and seeded output "
@@ -460,7 +464,11 @@ static int setup_metrics(td_router_t *rt)
         "Re-placements of a sequence after its worker died, stalled or missed a deadline "
         "(resumed from its generated tokens when it had any).",
         NULL);
-    if (!rt->m_migrations || !rt->m_ttft || !rt->m_itl || !rt->m_tpot || !rt->m_e2e || !rt->m_queue ||
+    rt->m_shed = td_metrics_counter(m, "requests_shed_total",
+                                    "Requests answered 503 after waiting admission.max_queue_wait_s "
+                                    "for a worker (the cluster over capacity).",
+                                    NULL);
+    if (!rt->m_shed || !rt->m_migrations || !rt->m_ttft || !rt->m_itl || !rt->m_tpot || !rt->m_e2e || !rt->m_queue ||
         !rt->m_running_g || !rt->m_waiting_g || !rt->m_prompt || !rt->m_gen || !rt->m_ok_stop ||
         !rt->m_ok_length || !rt->m_ok_abort)
         return TD_ENOMEM;

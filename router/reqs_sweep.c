@@ -117,6 +117,25 @@ void td_reqs_sweep(td_router_t *rt, double now)
             td__reqs_job_fail(s->job, 503, TD_EUNREACH, why);
         }
     }
+    /* over capacity: a queue that outgrows what the workers serve would make every request wait
+     * out its deadline (none served in time); past admission.max_queue_wait_s a request that has
+     * delivered nothing gets 503 with Retry-After, so the ones taken finish and a client or
+     * balancer can go elsewhere. A migrating sequence (tokens delivered) waits on. */
+    if (rt->cfg.max_queue_wait_s > 0) {
+        for (;;) {
+            td_seq_t *s = rt->wait_head;
+            while (s && (s->n_tokens > 0 || now - s->t_wait <= rt->cfg.max_queue_wait_s))
+                s = s->wnext;
+            if (!s)
+                break;
+            snprintf(why, sizeof(why),
+                     "the cluster is over capacity: no worker took the request in %.3g s "
+                     "(admission.max_queue_wait_s)",
+                     now - s->t_wait);
+            td_metric_add(rt->m_shed, 1);
+            td__reqs_job_fail(s->job, 503, TD_EBUSY, why);
+        }
+    }
     td_reqs_kick(rt);
 }
 

@@ -72,6 +72,8 @@ typedef struct td_router_cfg {
     double shutdown_timeout_s;     /* in-flight requests get this long after SIGTERM */
     double no_worker_wait_s;       /* a sequence waits this long while no decode worker is
                                       available, then 503 with Retry-After */
+    double max_queue_wait_s;       /* a sequence that has delivered nothing waits at most this
+                                      long for a worker to take it, then 503 (0: no limit) */
     /* migration (reqs_worker.c): a sequence whose worker dies, stalls or misses a deadline is
      * re-placed with its prompt plus the tokens generated so far */
     bool migrate;               /* migration.enabled; off: re-placed only before any token */
@@ -196,6 +198,7 @@ struct td_router {
     td_metric_t *m_running_g, *m_waiting_g, *m_prompt, *m_gen;
     td_metric_t *m_ok_stop, *m_ok_length, *m_ok_abort;
     td_metric_t *m_migrations; /* tandem_request_migrations_total */
+    td_metric_t *m_shed;       /* tandem_requests_shed_total: admission.max_queue_wait_s */
 };
 
 /* ---- jobs: the front ends' view of a request ------------------------------------------------ */

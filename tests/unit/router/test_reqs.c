@@ -389,6 +389,40 @@ START_TEST(test_no_worker_503)
 }
 END_TEST
 
+/* Over capacity: every decode worker is full, so the request waits; after
+ * admission.max_queue_wait_s it gets 503 naming the option (not the request deadline's 504). */
+START_TEST(test_queue_wait_503)
+{
+    fx_t x;
+    fx_start(&x);
+    x.rt.cfg.max_queue_wait_s = 0.3;
+    x.rt.m_shed = td_metrics_counter(x.rt.metrics, "requests_shed_total", "shed", NULL);
+    fw_t d;
+    fw_start(&x, &d, "d1", DEC, FW_ENOSPC);
+    rec_t r;
+    double t0 = td_now_s();
+    ck_assert_int_eq(rec_start(&x, &r, 3), 0);
+    r.ud = &x;
+    ck_assert(fx_run_until(&x, swept_until_ended, &r, 5000));
+    double dt = td_now_s() - t0;
+    ck_assert(r.failed);
+    ck_assert_int_eq(r.status, 503);
+    ck_assert_msg(strstr(r.msg, "over capacity") && strstr(r.msg, "admission.max_queue_wait_s"),
+                  "message: %s", r.msg);
+    ck_assert_msg(dt >= 0.28 && dt < 2.0, "503 after %.2f s", dt);
+    ck_assert_uint_eq(x.rt.n_waiting, 0);
+    ck_assert_double_eq(td_metric_value(x.rt.m_shed), 1);
+    /* no limit: it keeps waiting */
+    x.rt.cfg.max_queue_wait_s = 0;
+    rec_t r2;
+    ck_assert_int_eq(rec_start(&x, &r2, 4), 0);
+    r2.ud = &x;
+    ck_assert(!fx_run_until(&x, swept_until_ended, &r2, 700));
+    fw_stop(&d);
+    fx_stop(&x);
+}
+END_TEST
+
 /* A prefill worker lost after it said the prompt was computed (PrefillDone.computed): the error
  * says the prompt was done and the handoff was not; lost before that, that the prompt was not
  * finished. (No re-placements allowed here, so the reason reaches the client.) */
@@ -594,6 +628,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_first_token_deadline_moves);
     tcase_add_test(tc, test_stage_deadlines);
     tcase_add_test(tc, test_no_worker_503);
+    tcase_add_test(tc, test_queue_wait_503);
     tcase_add_test(tc, test_prefill_lost_names_what_failed);
     tcase_add_test(tc, test_abort_cancels_both_workers);
     tcase_add_test(tc, test_abort_after_prefill_done_cancels_decode_only);
