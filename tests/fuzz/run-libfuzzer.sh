@@ -6,7 +6,8 @@
 # between runs; new inputs land there), seeded from tests/fuzz/corpus/<name> and the target's own
 # seed (fuzz_<name> --write-seed). A crash, leak, UBSan report or timeout leaves its input in
 # BUILD/tests/fuzz/libfuzzer/<name>/ (crash-*, leak-*, timeout-*, oom-*) and fails the run.
-# Prints one line per target: seconds, executions, crashes, corpus size. Exit 77 when the build has
+# Prints one line per target: seconds (wall clock), CPU seconds (user + system), executions,
+# crashes, corpus size. Exit 77 when the build has
 # no libFuzzer targets.
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,7 +32,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$src/tests/lsan.supp:print_suppressions=0}
 export TD_SOURCE_ROOT=$src
 fail=0
-printf '%-18s %7s %12s %8s %8s\n' target seconds executions crashes corpus
+printf '%-18s %7s %8s %12s %8s %8s\n' target seconds cpu_s executions crashes corpus
 for name in "${targets[@]}"; do
   exe=$dir/fuzz_${name}_libfuzzer
   work=$dir/libfuzzer/$name
@@ -42,14 +43,17 @@ for name in "${targets[@]}"; do
   done
   log=$work/last.log
   rm -f "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*
-  "$exe" -max_total_time="$secs" -timeout=25 -rss_limit_mb=2560 -print_final_stats=1 \
-    -artifact_prefix="$work/" "$work/corpus" "$work/seed" >"$log" 2>&1
+  TIMEFORMAT='%U %S'
+  { time "$exe" -max_total_time="$secs" -timeout=25 -rss_limit_mb=2560 -print_final_stats=1 \
+      -artifact_prefix="$work/" "$work/corpus" "$work/seed" >"$log" 2>&1; } 2>"$work/cpu"
   rc=$?
+  cpu=$(awk '{printf "%.0f", $1 + $2}' "$work/cpu" 2>/dev/null)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   crashes=$(find "$work" -maxdepth 1 -name 'crash-*' -o -maxdepth 1 -name 'leak-*' \
     -o -maxdepth 1 -name 'timeout-*' -o -maxdepth 1 -name 'oom-*' | wc -l)
   corpus=$(grep -o 'corp: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-  printf '%-18s %7s %12s %8s %8s\n' "$name" "$secs" "${execs:-?}" "$crashes" "${corpus:-?}"
+  printf '%-18s %7s %8s %12s %8s %8s\n' "$name" "$secs" "${cpu:-?}" "${execs:-?}" "$crashes" \
+    "${corpus:-?}"
   if [ $rc -ne 0 ] || [ "$crashes" -ne 0 ]; then
     fail=1
     echo "run-libfuzzer: $name failed (exit $rc); its log: $log" >&2
