@@ -535,6 +535,133 @@ START_TEST(test_fetch_holder_closes)
 }
 END_TEST
 
+/* A new epoch (td_kvx_renew, a worker registering again after losing its router): b's blob
+ * changes, both sides replace their endpoints, a fetch begun before survives it (it finishes on
+ * the retired endpoints), a push queued across it goes on the fresh one, an old blob retires
+ * nothing, and the retired endpoints are closed once done. */
+static void renew_scenario(td_kvx_t *a, td_kvx_t *b, td_kvx_peer_t *a_b, rec_t *rec_b)
+{
+    size_t len0;
+    const void *b0 = td_kvx_blob(b, &len0);
+    uint8_t *old_blob = malloc(len0);
+    memcpy(old_blob, b0, len0);
+    fill(a, 5);
+    fill(b, 6);
+    /* both directions connected: a pushed to b, so b opened its endpoint back */
+    uint32_t src[] = {1, 2, 3}, dst[] = {10, 11, 12};
+    int st;
+    ck_assert_int_eq(push_note(a_b, src, dst, 3, 5, TD_KVX_F_CSUM, &st), 0);
+    run_until(&st, 30);
+    ck_assert_int_eq(st, 0);
+    ck_assert_uint_eq(td_kvx_epoch(b), 1);
+
+    /* a fetch from b, held by b's on_fetch (SERVE_LATER) across the renewal */
+    serve_mode = SERVE_LATER;
+    serve_calls = 0;
+    uint8_t keys[2 * TD_KVX_KEY_BYTES] = {0};
+    keys[0] = 7;
+    keys[TD_KVX_KEY_BYTES] = 8;
+    uint32_t fdst[] = {30, 31};
+    fetch_rec_t f = {1, 99};
+    ck_assert_int_eq(td_kvx_fetch(a_b, keys, fdst, 2, TD_KVX_F_CSUM, fetch_cb, &f), 0);
+    double end = td_now_s() + 30;
+    while (serve_calls == 0 && td_now_s() < end)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(serve_calls, 1);
+
+    ck_assert_uint_eq(td_kvx_renew(b), 2);
+    ck_assert_uint_eq(td_kvx_epoch(b), 2);
+    size_t len1;
+    const uint8_t *b1 = td_kvx_blob(b, &len1);
+    ck_assert_uint_eq(len1, len0);
+    ck_assert(memcmp(b1, old_blob, len0) != 0);
+    td_kvx_stats_t sa, sb;
+    td_kvx_stats(b, &sb);
+    ck_assert_uint_eq(sb.eps_retired, 1); /* b's endpoint to a */
+    ck_assert_uint_eq(sb.retired_open, 1);
+    /* a push queued before the loop ran again: it goes on whatever endpoint is current */
+    uint32_t src2[] = {4}, dst2[] = {13};
+    int st2;
+    ck_assert_int_eq(push_note(a_b, src2, dst2, 1, 5, TD_KVX_F_CSUM, &st2), 0);
+    /* a reads b's HELLO (the new epoch) on a fresh endpoint and retires its own */
+    end = td_now_s() + 30;
+    do {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        td_kvx_stats(a, &sa);
+    } while (sa.eps_retired == 0 && td_now_s() < end);
+    ck_assert_uint_eq(sa.eps_retired, 1);
+    run_until(&st2, 30);
+    ck_assert_int_eq(st2, 0);
+    ck_assert(rec_b->data_ok);
+    ck_assert_int_eq(f.status, 1); /* the fetch still waits for b's answer */
+
+    /* b answers the fetch begun before the renewal */
+    ck_assert_int_eq(td_kvx_fetch_answer(later.peer, later.id, later.flags, later.src, later.dst,
+                                         later.n, 0, served_cb, NULL),
+                     0);
+    run_until(&f.status, 30);
+    ck_assert_int_eq(f.status, 0);
+    ck_assert_uint_eq(f.n_got, 2);
+    ck_assert(holds(a, 30, 7, 6));
+    ck_assert(holds(a, 31, 8, 6));
+
+    /* the new blob is already known, an old one is older: neither retires anything */
+    td_kvx_peer_t *p;
+    ck_assert_int_eq(td_kvx_connect(a, b1, len1, &p), 0);
+    ck_assert_ptr_eq(p, a_b);
+    ck_assert_int_eq(td_kvx_connect(a, old_blob, len0, &p), 0);
+    ck_assert_ptr_eq(p, a_b);
+    td_kvx_stats(a, &sa);
+    ck_assert_uint_eq(sa.eps_retired, 1);
+    ck_assert_int_eq(push_note(a_b, src, dst, 3, 5, TD_KVX_F_CSUM, &st), 0);
+    run_until(&st, 30);
+    ck_assert_int_eq(st, 0);
+
+    /* the retired endpoints close once nothing of theirs is open (after their 1 s grace) */
+    end = td_now_s() + 10;
+    do {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        td_kvx_stats(a, &sa);
+        td_kvx_stats(b, &sb);
+    } while ((sa.retired_open || sb.retired_open) && td_now_s() < end);
+    ck_assert_uint_eq(sa.retired_open, 0);
+    ck_assert_uint_eq(sb.retired_open, 0);
+    ck_assert_uint_eq(sa.peer_failures, 0);
+    ck_assert_uint_eq(sb.peer_failures, 0);
+    free(old_blob);
+}
+
+START_TEST(test_renew)
+{
+    renew_scenario(ka, kb, a_to_b, &rb);
+}
+END_TEST
+
+START_TEST(test_renew_tcp)
+{
+    /* the transport of separate hosts, where an endpoint that saw a cut is the problem */
+    const char *tls = getenv("UCX_TLS");
+    char *saved = tls ? strdup(tls) : NULL;
+    setenv("UCX_TLS", "tcp", 1);
+    rec_t r1 = {0};
+    td_kvx_t *a = make("fp-one", BB, &r1), *b = make("fp-one", BB, &rb); /* b serves fetches */
+    if (saved)
+        setenv("UCX_TLS", saved, 1);
+    else
+        unsetenv("UCX_TLS");
+    free(saved);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    size_t len;
+    const void *blob = td_kvx_blob(b, &len);
+    td_kvx_peer_t *a_b;
+    ck_assert_int_eq(td_kvx_connect(a, blob, len, &a_b), 0);
+    renew_scenario(a, b, a_b, &rb);
+    td_kvx_close(a, NULL, NULL);
+    td_kvx_close(b, NULL, NULL);
+}
+END_TEST
+
 START_TEST(test_fetch_parse)
 {
     enum { N = 3 };
@@ -611,6 +738,8 @@ static Suite *kvx_suite(void)
     tcase_add_test(tc, test_fetch);
     tcase_add_test(tc, test_fetch_no_server);
     tcase_add_test(tc, test_fetch_holder_closes);
+    tcase_add_test(tc, test_renew);
+    tcase_add_test(tc, test_renew_tcp);
     suite_add_tcase(s, tc);
     return s;
 }
