@@ -187,8 +187,10 @@ static void on_close(td_rpc_conn_t *c, int status, void *ud)
              status ? td_rpc_conn_reason(c) : "closed");
     /* We may have been cut off the network: a new data-plane epoch, so the next Hello carries a
      * blob that tells peers to replace their endpoints to us (ours are replaced now). Transfers
-     * in flight for other routers' requests finish on the old endpoints (td_kvx_renew). */
-    td_kvx_renew(w->kvx);
+     * in flight for other routers' requests finish on the old endpoints (td_kvx_renew). Not
+     * while stopping: the clients stop after the data plane may have begun to close. */
+    if (!w->stopped && !w->stopping)
+        td_kvx_renew(w->kvx);
     td_wk_seq_t *next;
     for (td_wk_seq_t *s = w->head; s; s = next) {
         next = s->next;

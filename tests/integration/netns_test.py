@@ -13,8 +13,11 @@ machines: no shared memory, no loopback.
   1. 10 greedy streams of 128 tokens; once d0 streams, its switch port goes down (the cable
      pulled: no FIN, no RST, silence both ways). Every stream completes with exactly the tokens
      `tandem generate` gives; the first migration comes within the heartbeat window plus a margin.
-  2. The port comes back up: d0 registers again (`tandem ctl workers --json`) and, with d1
-     drained, serves a new request, again identical to `tandem generate`.
+  2. The link stays down CUT_S seconds in all (long past the streams' end), then comes back up:
+     d0 registers again (`tandem ctl workers --json`) and, with d1 drained, serves a new request
+     prefilled on p0, again identical to `tandem generate`, and fast: its KV handoff goes on a
+     fresh endpoint (d0 started a new data-plane epoch when it registered again), not on the one
+     that saw the cut and sits in TCP's retransmission backoff (docs/reliability.md).
   3. SIGTERM: every daemon exits 0 (nothing hangs on the endpoint that saw the cut).
 
 Exit 77 (with the reason) where namespaces cannot be made: not root, no `ip`, no netns or veth or
@@ -41,6 +44,13 @@ NET = "10.213.0."
 DEV = "tdnet0"         # the veth end inside each host namespace (names are per namespace)
 HB = 1.5               # --cluster.heartbeat_timeout_s
 MARGIN = 4.0           # a loaded 2-core machine: sweep period, scheduling, UCX teardown
+# The cut lasts this long: TCP retransmits what was sent into the cut (UCX's keepalives, every
+# 0.5 s) after 0.2 s doubling, the 7th time 25.4 s after the first send and the 8th 51 s after
+# it; healed just past the 7th, an endpoint that saw the cut is silent for another ~25 s.
+CUT_S = 26.5
+# The first request after the heal (prefill on p0, KV handoff to d0, 64 tokens) within this; on
+# the endpoint that saw the cut it took ~25 s.
+FIRST_MAX_S = 5.0
 PFX = "td%d" % os.getpid()
 HOSTS = {"r": 1, "p0": 2, "d0": 3, "d1": 4}   # host -> last octet
 SW = PFX + "-sw"
@@ -249,7 +259,11 @@ def run(build, model, cfg):
     print("link cut: %d streams identical to tandem generate, %d sequences migrated, first "
           "%.2f s after the cut, all done %.2f s after it" % (len(reqs), migrated, dt, t_done))
 
-    # 2. healed: d0 registers again and serves
+    # 2. healed after CUT_S: d0 registers again and serves, its first KV handoff fast
+    left = CUT_S - (time.monotonic() - t_cut)
+    T.check(left > 0, "the streams took %.1f s after the cut, longer than the cut's %.1f s" %
+            (t_done, CUT_S))
+    time.sleep(left)
     ip("-n", SW, "link", "set", "p-d0", "up")
     t_heal = time.monotonic()
     T.wait_for(lambda: workers_json(cl).get("d0", {}).get("alive"), HB + 30,
@@ -257,6 +271,7 @@ def run(build, model, cfg):
     dt_rejoin = time.monotonic() - t_heal
     cl.ctl("drain", "d1")
     g0 = cl.worker_metric("d0", "tandem_generation_tokens_total")
+    p_before = cl.worker_metric("p0", "tandem_prompt_tokens_total")
     t_req = time.monotonic()
     got = cl.batch([extra], timeout=120)
     t_req = time.monotonic() - t_req
@@ -264,12 +279,17 @@ def run(build, model, cfg):
             "after the heal: %r, want %s" % (got, want[-1][:20]))
     g1 = cl.worker_metric("d0", "tandem_generation_tokens_total")
     T.check(g1 >= g0 + len(want[-1]) - 1, "d0 generated %d tokens of the new request" % (g1 - g0))
+    p_after = cl.worker_metric("p0", "tandem_prompt_tokens_total")
+    T.check(p_after >= p_before + len(extra["prompt_ids"]) - 1,
+            "the request after the heal was not prefilled on p0 (no KV handoff to d0)")
     cl.ctl("undrain", "d1")
-    # its first KV handoff from p0 rides the endpoint that saw the cut: it waits out TCP's
-    # retransmission backoff (docs/reliability.md), hence the figure printed here
-    print("healed: d0 registered again %.2f s after the link came up and served a new request "
-          "prefilled on p0 in %.2f s (%d tokens, identical to tandem generate)" %
-          (dt_rejoin, t_req, g1 - g0))
+    retired = {h: open(cl.workers[h].log_path).read().count("endpoint retired")
+               for h in ("p0", "d0")}
+    print("healed after a %.1f s cut: d0 registered again %.2f s after the link came up and "
+          "served a new request prefilled on p0 in %.2f s (%d tokens, identical to tandem "
+          "generate); endpoints retired: %s" % (CUT_S, dt_rejoin, t_req, g1 - g0, retired))
+    T.check(t_req <= FIRST_MAX_S, "the first request after the heal took %.2f s (at most %.1f "
+            "s: its KV handoff waited on the endpoint that saw the cut?)" % (t_req, FIRST_MAX_S))
 
     # 3. clean exit
     codes = cl.stop()
