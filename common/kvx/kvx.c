@@ -102,7 +102,8 @@ static int build_blob(td_kvx_t *k)
                     .addr_len = (uint32_t)addr_len,
                     .rkey_len = (uint32_t)rkey_len,
                     .flags = k->opts.pool == TD_KVX_POOL_MMAP ? 0 : BLOB_F_UCX_POOL,
-                    .pool_addr = (uint64_t)(uintptr_t)k->pool};
+                    .pool_addr = (uint64_t)(uintptr_t)k->pool,
+                    .epoch = k->epoch};
     memcpy(h.magic, BLOB_MAGIC, 4);
     memcpy(h.fingerprint, k->layout.fingerprint, 16);
     k->blob_len = sizeof(h) + addr_len + rkey_len;
@@ -200,6 +201,7 @@ td_kvx_t *td_kvx_new(uv_loop_t *loop, const td_kvx_layout_t *layout, const td_kv
     if (fill_random(&k->instance, sizeof(k->instance)) < 0)
         goto err_free;
     k->instance |= 1; /* never 0 */
+    k->epoch = 1;
 
     ucp_config_t *cfg;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
@@ -295,8 +297,10 @@ void td_kvx_close(td_kvx_t *k, void (*cb)(void *arg), void *arg)
     }
     /* operations first, then rkeys and endpoints, as for a failed peer */
     drain(k, CLOSE_WAIT_NS);
-    for (td_kvx_peer_t *p = k->peers; p; p = p->next)
+    for (td_kvx_peer_t *p = k->peers; p; p = p->next) {
+        td__peer_close_retired(p);
         td__peer_close_ep(p);
+    }
     drain(k, CLOSE_WAIT_NS);
     if (td__total_ops(k) > 0)
         TD_LOG_W("kvx: close: %u operations never completed", td__total_ops(k));
@@ -352,7 +356,40 @@ const void *td_kvx_blob(td_kvx_t *k, size_t *len)
     return k->blob;
 }
 
+uint64_t td_kvx_epoch(const td_kvx_t *k)
+{
+    return k->epoch;
+}
+
+uint64_t td_kvx_renew(td_kvx_t *k)
+{
+    k->epoch++;
+    blob_hdr_t h;
+    memcpy(&h, k->blob, sizeof(h));
+    h.epoch = k->epoch;
+    memcpy(k->blob, &h, sizeof(h));
+    if (k->closing)
+        return k->epoch;
+    for (td_kvx_peer_t *p = k->peers; p; p = p->next) {
+        if (!p->ep || p->tearing || (p->state != PEER_READY && p->state != PEER_CONNECTING))
+            continue;
+        td__peer_retire_ep(p);
+        int rc = td__peer_connect(p); /* HELLO with our new blob on a fresh endpoint */
+        if (rc < 0) {
+            TD_LOG_W("kvx: peer %016llx: cannot reconnect for the new epoch: %s",
+                     (unsigned long long)p->instance, td_err_msg());
+            td__peer_fail(p, rc);
+        }
+    }
+    TD_LOG_I("kvx: data-plane epoch %llu", (unsigned long long)k->epoch);
+    return k->epoch;
+}
+
 void td_kvx_stats(const td_kvx_t *k, td_kvx_stats_t *out)
 {
     *out = k->stats;
+    out->retired_open = 0;
+    for (const td_kvx_peer_t *p = k->peers; p; p = p->next)
+        for (const kvx_oldep_t *o = p->retired; o; o = o->next)
+            out->retired_open++;
 }

@@ -34,7 +34,7 @@
 #include <ucp/api/ucp.h>
 
 #define KVX_MAGIC 0x5856 /* "VX" */
-#define KVX_VERSION 1
+#define KVX_VERSION 2 /* 2: the blob carries the data-plane epoch */
 #define BLOB_MAGIC "TKVX"
 #define BLOB_F_UCX_POOL 1u /* pool allocated by UCX: shared-memory transports can map it */
 
@@ -79,6 +79,7 @@ typedef struct blob_hdr {
     uint32_t flags;          /* BLOB_F_* */
     uint64_t pool_addr;      /* virtual address of block 0 in the owner's process */
     uint8_t fingerprint[16]; /* layout */
+    uint64_t epoch;          /* the owner's data-plane epoch (td_kvx_renew): starts at 1 */
 } blob_hdr_t;
 
 /* Where a peer stands (peer.c moves it between states). */
@@ -147,6 +148,7 @@ typedef struct kvx_op {
     td_kvx_peer_t *peer;
     struct xfer *x; /* the transfer it belongs to; NULL without one or once detached */
     bool detached;
+    uint32_t gen;   /* the endpoint generation of the peer it was posted on (p->ep_gen) */
     wire_hdr_t hdr; /* AM header (data run, control message): UCX 1.13 reads it until the send
                        completes */
     uint8_t payload[]; /* control message: [len] bytes, a copy of the caller's */
@@ -158,6 +160,7 @@ typedef struct rx {
     struct rx *next;
     td_kvx_peer_t *peer;
     uint64_t xfer_id;
+    uint32_t gen; /* the peer's endpoint generation when it began */
     int status;
     uint32_t runs_done; /* data messages whose bytes are in place */
     uint32_t ops_out;   /* receive operations in flight */
@@ -170,6 +173,20 @@ typedef struct rx {
     uint8_t *done_payload; /* ids [n_blocks] u32, csums [n_blocks] u64 (F_CSUM), note */
     uint32_t note_len;
 } rx_t;
+
+/* A retired endpoint of a peer (peer.c): replaced for new transfers by a fresh one (the peer or
+ * we started a new epoch), kept open until the operations posted on it and the incoming transfers
+ * begun before it was retired are finished or failed, then closed (rkey, forced close). Owned by
+ * its peer's `retired` list. */
+typedef struct kvx_oldep {
+    struct kvx_oldep *next;
+    ucp_ep_h ep;
+    ucp_rkey_h rkey;
+    uint32_t gen;         /* the endpoint generation it carried */
+    uint32_t ops_out;     /* our operations still in flight on it */
+    uint64_t grace_ns;    /* not closed before this (messages the peer sent it before it switched) */
+    uint64_t deadline_ns; /* closed at this time whatever is left on it */
+} kvx_oldep_t;
 
 /* A remote td_kvx_t, known from its blob (peer.c). Owned by kvx (peers list) until td_kvx_close,
  * even after it failed. */
@@ -185,8 +202,12 @@ struct td_kvx_peer {
     uint64_t pool_addr;
     uint32_t blob_flags; /* BLOB_F_* of the peer */
     uint32_t n_blocks;   /* blocks in the peer's pool */
+    uint64_t epoch; /* the newest data-plane epoch seen in its blob */
     ucp_ep_h ep;
     ucp_rkey_h rkey;
+    uint32_t ep_gen;        /* generation of ep: bumped whenever ep is retired or closed */
+    uint32_t ep_ops;        /* our operations in flight on ep (of generation ep_gen) */
+    kvx_oldep_t *retired;   /* retired endpoints still open, newest first */
     td_kvx_mech_t mech;
     xfer_t *tx; /* our transfers to this peer, oldest first */
     rx_t *rx;   /* incoming transfers from this peer */
@@ -247,6 +268,7 @@ struct td_kvx {
     td_kvx_layout_t layout;
     td_kvx_opts_t opts;
     uint64_t instance;
+    uint64_t epoch; /* ours, in our blob: td_kvx_renew bumps it */
     uint8_t *blob;
     size_t blob_len;
     td_kvx_peer_t *peers;
@@ -306,6 +328,17 @@ void td__peer_fail(td_kvx_peer_t *p, int status);
 /* Destroy p's rkey and force-close its endpoint (UCX then no longer references either); the
  * transfers of p give up on the requests they still have in flight (td__xfer_give_up). */
 void td__peer_close_ep(td_kvx_peer_t *p);
+/* Force-close p's retired endpoints (rkey first), whatever is left on them. */
+void td__peer_close_retired(td_kvx_peer_t *p);
+/* Retire p's endpoint (kept open for what was posted on it, kvx_oldep_t) so the next connect
+ * makes a fresh one; p becomes PEER_IDLE. No-op without an endpoint. */
+void td__peer_retire_ep(td_kvx_peer_t *p);
+/* Close the retired endpoints of p that are done (nothing of theirs in flight, past the grace)
+ * or past their deadline. True while p still has retired endpoints. */
+bool td__peer_retired_step(td_kvx_peer_t *p);
+/* UCX callback context allowed: one operation of p posted on endpoint generation `gen` is no
+ * longer in flight (completed, finished at posting, or detached). */
+void td__op_gen_done(td_kvx_peer_t *p, uint32_t gen);
 /* One step of a failed peer's teardown: closes the endpoint once its operations are done or the
  * wait expired, then reconnects when transfers were queued after the failure. */
 void td__peer_teardown_step(td_kvx_peer_t *p);
@@ -330,10 +363,12 @@ void td__serve_pull(td_kvx_t *k, task_t *t);
 /* Free x and what it owns (ids, note). x must be unlinked; requests it still has in flight are
  * detached first (kvx_op_t). */
 void td__xfer_free(xfer_t *x);
-/* p's endpoint was force-closed: every transfer of p gives up on the requests it still has in
- * flight (UCX may never complete them) and its check is queued, so it completes with its error.
- * The handles are detached (see kvx_op_t). */
-void td__xfer_give_up(td_kvx_peer_t *p);
+/* An endpoint of p was force-closed: every transfer of p gives up on the requests it still has in
+ * flight on a closed endpoint (UCX may never complete them) and its check is queued, so it
+ * completes with its error. With gen >= 0 only the requests of that endpoint generation (a
+ * retired endpoint closed at its deadline), else every request except those on retired endpoints
+ * still open. The handles are detached (see kvx_op_t). */
+void td__xfer_give_up(td_kvx_peer_t *p, int64_t gen);
 /* Free the detached handles UCX never completed. Only once the worker is destroyed. */
 void td__free_orphans(td_kvx_t *k);
 /* A new transfer of p of `kind` with copies of src (NULL: zeros) and dst, appended to p's tx

@@ -130,12 +130,16 @@ bool td__run_tasks(td_kvx_t *k)
     return true;
 }
 
-/* Advance the teardown of every failed peer whose endpoint is still open. */
+/* Advance the teardown of every failed peer whose endpoint is still open, and close the retired
+ * endpoints that are done. */
 static void teardown_steps(td_kvx_t *k)
 {
-    for (td_kvx_peer_t *p = k->peers; p; p = p->next)
+    for (td_kvx_peer_t *p = k->peers; p; p = p->next) {
         if (p->tearing)
             td__peer_teardown_step(p);
+        if (p->retired)
+            td__peer_retired_step(p);
+    }
 }
 
 /* ---- loop integration ------------------------------------------------------------------------*/
@@ -235,8 +239,9 @@ static void poll_cb(uv_poll_t *h, int status, int events)
     service(k);
 }
 
-/* Every 50 ms while a handshake or a teardown is pending: fail handshakes past their deadline,
- * advance teardowns, and stop once neither is left. */
+/* Every 50 ms while a handshake, a teardown or a retired endpoint is pending: fail handshakes past
+ * their deadline, advance teardowns, close retired endpoints that are done, and stop once none is
+ * left. */
 static void timer_cb(uv_timer_t *h)
 {
     td_kvx_t *k = h->data;
@@ -250,6 +255,8 @@ static void timer_cb(uv_timer_t *h)
         }
         if (p->tearing)
             td__peer_teardown_step(p);
+        if (p->retired && td__peer_retired_step(p))
+            need = true;
         if (p->state == PEER_CONNECTING || p->tearing)
             need = true;
     }

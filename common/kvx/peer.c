@@ -14,6 +14,9 @@
 #include <string.h>
 
 #define TEARDOWN_WAIT_NS 1000000000ull /* wait this long for a failed peer's operations */
+#define RETIRE_GRACE_NS 1000000000ull  /* a retired endpoint stays open at least this long */
+#define RETIRE_WAIT_NS 60000000000ull  /* and at most this long */
+#define RETIRE_SETTLE_NS 10000000000ull /* see td__peer_retired_step */
 
 td_kvx_peer_t *td__find_peer(td_kvx_t *k, uint64_t instance)
 {
@@ -51,6 +54,26 @@ static int parse_blob(const td_kvx_t *k, const void *blob, size_t len, blob_hdr_
     return 0;
 }
 
+/* Keep a copy of a parsed blob (h, its header) as p's, replacing the one it had. 0 or TD_ENOMEM
+ * (p unchanged). An endpoint or rkey made from the old blob stays valid (UCX copied them). */
+static int store_blob(td_kvx_peer_t *p, const blob_hdr_t *h, const void *blob, size_t len)
+{
+    uint8_t *copy = malloc(len);
+    if (!copy)
+        return TD_ENOMEM;
+    memcpy(copy, blob, len);
+    free(p->blob);
+    p->blob = copy;
+    p->blob_len = len;
+    p->epoch = h->epoch;
+    p->pool_addr = h->pool_addr;
+    p->blob_flags = h->flags;
+    p->n_blocks = h->n_blocks;
+    p->addr = (const ucp_address_t *)(p->blob + sizeof(*h));
+    p->rkey_buf = p->blob + sizeof(*h) + h->addr_len;
+    return 0;
+}
+
 /* Add a peer for a parsed blob (h, its header) to k's table, keeping a copy of the blob. NULL when
  * out of memory. The peer is owned by k and freed by td_kvx_close. */
 static td_kvx_peer_t *new_peer(td_kvx_t *k, const blob_hdr_t *h, const void *blob, size_t len)
@@ -58,20 +81,12 @@ static td_kvx_peer_t *new_peer(td_kvx_t *k, const blob_hdr_t *h, const void *blo
     td_kvx_peer_t *p = calloc(1, sizeof(*p));
     if (!p)
         return NULL;
-    p->blob = malloc(len);
-    if (!p->blob) {
+    if (store_blob(p, h, blob, len) < 0) {
         free(p);
         return NULL;
     }
-    memcpy(p->blob, blob, len);
-    p->blob_len = len;
     p->kvx = k;
     p->instance = h->instance;
-    p->pool_addr = h->pool_addr;
-    p->blob_flags = h->flags;
-    p->n_blocks = h->n_blocks;
-    p->addr = (const ucp_address_t *)(p->blob + sizeof(*h));
-    p->rkey_buf = p->blob + sizeof(*h) + h->addr_len;
     p->next = k->peers;
     k->peers = p;
     return p;
@@ -122,30 +137,143 @@ static void ep_close_cb(void *req, ucs_status_t st, void *user_data)
     ucp_request_free(req);
 }
 
-void td__peer_close_ep(td_kvx_peer_t *p)
+/* Destroy an rkey and force-close an endpoint (either may be NULL). */
+static void force_close(ucp_ep_h ep, ucp_rkey_h rkey)
 {
-    if (p->rkey) {
-        ucp_rkey_destroy(p->rkey);
-        p->rkey = NULL;
-    }
-    if (p->ep) {
+    if (rkey)
+        ucp_rkey_destroy(rkey);
+    if (ep) {
         ucp_request_param_t prm = {
             .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK,
             .flags = UCP_EP_CLOSE_FLAG_FORCE,
             .cb.send = ep_close_cb,
         };
-        ucs_status_ptr_t sp = ucp_ep_close_nbx(p->ep, &prm);
+        ucs_status_ptr_t sp = ucp_ep_close_nbx(ep, &prm);
         (void)sp; /* a request completes through ep_close_cb; an error status means it is gone */
+    }
+}
+
+void td__peer_close_ep(td_kvx_peer_t *p)
+{
+    if (p->ep || p->rkey) {
+        force_close(p->ep, p->rkey);
+        p->rkey = NULL;
+    }
+    if (p->ep) {
         p->ep = NULL;
+        p->ep_gen++;
+        p->ep_ops = 0;
         /* UCX may never complete some requests of the closed endpoint (a rendezvous send to a
          * dead receiver): the transfers stop waiting for them and complete with their error */
-        td__xfer_give_up(p);
+        td__xfer_give_up(p, -1);
         /* failed pulls and fetches waited for this: no more data reaches their blocks */
         for (xfer_t *x = p->tx; x; x = x->next)
             if ((x->kind == XFER_PULL || x->kind == XFER_FETCH) && x->status != 0)
                 td__queue_tx_check(x);
     }
     p->tearing = false;
+}
+
+/* ---- retired endpoints ---------------------------------------------------------------------*/
+
+void td__op_gen_done(td_kvx_peer_t *p, uint32_t gen)
+{
+    if (gen == p->ep_gen) {
+        TD_ASSERT(p->ep_ops > 0);
+        p->ep_ops--;
+        return;
+    }
+    for (kvx_oldep_t *o = p->retired; o; o = o->next)
+        if (o->gen == gen) {
+            TD_ASSERT(o->ops_out > 0);
+            o->ops_out--;
+            return;
+        }
+    /* an endpoint already closed: its requests were detached and counted off then */
+}
+
+void td__peer_retire_ep(td_kvx_peer_t *p)
+{
+    td_kvx_t *k = p->kvx;
+    if (!p->ep)
+        return;
+    kvx_oldep_t *o = calloc(1, sizeof(*o));
+    if (!o) {
+        /* no room to keep it: close it now, as a failed peer's (its transfers fail) */
+        TD_LOG_W("kvx: peer %016llx: out of memory retiring its endpoint, closing it",
+                 (unsigned long long)p->instance);
+        td__peer_close_ep(p);
+        p->state = PEER_IDLE;
+        return;
+    }
+    uint64_t now = td_now_ns();
+    o->ep = p->ep;
+    o->rkey = p->rkey;
+    o->gen = p->ep_gen;
+    o->ops_out = p->ep_ops;
+    o->grace_ns = now + RETIRE_GRACE_NS;
+    o->deadline_ns = now + RETIRE_WAIT_NS;
+    o->next = p->retired;
+    p->retired = o;
+    p->ep = NULL;
+    p->rkey = NULL;
+    p->ep_gen++;
+    p->ep_ops = 0;
+    p->state = PEER_IDLE;
+    k->stats.eps_retired++;
+    TD_LOG_I("kvx: peer %016llx: endpoint retired (%u operations on it), connecting afresh",
+             (unsigned long long)p->instance, o->ops_out);
+    td__start_timer(k);
+}
+
+void td__peer_close_retired(td_kvx_peer_t *p)
+{
+    while (p->retired) {
+        kvx_oldep_t *o = p->retired;
+        p->retired = o->next;
+        force_close(o->ep, o->rkey);
+        free(o);
+    }
+}
+
+/* True while an incoming transfer from p begun on generation `gen` or earlier is open. */
+static bool rx_before(const td_kvx_peer_t *p, uint32_t gen)
+{
+    for (const rx_t *r = p->rx; r; r = r->next)
+        if (r->gen <= gen)
+            return true;
+    return false;
+}
+
+bool td__peer_retired_step(td_kvx_peer_t *p)
+{
+    uint64_t now = td_now_ns();
+    kvx_oldep_t **pp = &p->retired;
+    while (*pp) {
+        kvx_oldep_t *o = *pp;
+        /* done: nothing of ours on it, past the grace, and no incoming transfer from the peer
+         * open (one the peer posted on its old endpoint before it read our HELLO may ride this
+         * one); under steady incoming traffic, once those begun before the retirement are done
+         * and the peer has had RETIRE_SETTLE_NS to switch */
+        bool done = o->ops_out == 0 && now >= o->grace_ns &&
+                    (!p->rx || (!rx_before(p, o->gen) && now >= o->grace_ns + RETIRE_SETTLE_NS));
+        if (!done && now < o->deadline_ns) {
+            pp = &o->next;
+            continue;
+        }
+        if (!done)
+            TD_LOG_W("kvx: peer %016llx: retired endpoint still busy (%u operations) after %.0f s, "
+                     "closing it",
+                     (unsigned long long)p->instance, o->ops_out, RETIRE_WAIT_NS / 1e9);
+        *pp = o->next;
+        force_close(o->ep, o->rkey);
+        uint32_t gen = o->gen;
+        bool left = o->ops_out > 0;
+        free(o);
+        if (left) /* what UCX may never complete there now fails (as for a failed peer) */
+            td__xfer_give_up(p, gen);
+    }
+    return p->retired != NULL;
 }
 
 /* Create p's endpoint (peer error handling, error callback), unpack its rkey and choose the
@@ -233,6 +361,7 @@ void td__peer_teardown_step(td_kvx_peer_t *p)
     if (p->ops_out > 0)
         TD_LOG_W("kvx: peer %016llx: %u operations still pending after %.1f s, forcing close",
                  (unsigned long long)p->instance, p->ops_out, TEARDOWN_WAIT_NS / 1e9);
+    td__peer_close_retired(p); /* the peer failed: its old endpoints go too */
     td__peer_close_ep(p);
     /* transfers queued after the failure reconnect from the stored blob */
     bool queued = false;
@@ -282,8 +411,16 @@ void td__peer_hello(td_kvx_t *k, task_t *t)
         TD_LOG_W("kvx: refused peer %016llx: %s", (unsigned long long)h.instance, td_err_msg());
         p->state = PEER_REFUSED;
     }
-    if (p->tearing)
+    if (p->tearing) {
+        td__peer_close_retired(p);
         td__peer_close_ep(p); /* the peer came back before our teardown finished */
+    }
+    if (h.epoch > p->epoch && p->state != PEER_REFUSED) {
+        /* a new epoch: the peer may have been cut off, and our endpoint to it may sit behind
+         * TCP's retransmission backoff; answer on a fresh one */
+        if (store_blob(p, &h, t->data, t->len) == 0)
+            td__peer_retire_ep(p);
+    }
     if (!p->ep) {
         rc = create_ep(p);
         if (rc < 0) {
@@ -338,6 +475,14 @@ int td_kvx_connect(td_kvx_t *k, const void *blob, size_t len, td_kvx_peer_t **ou
     if (p->state == PEER_REFUSED)
         return td_err_set(TD_EMISMATCH, "kvx: peer %016llx refused our layout",
                           (unsigned long long)p->instance);
+    if (h.epoch > p->epoch) {
+        /* the peer started a new epoch (it registered again after losing the control plane):
+         * new transfers go on a fresh endpoint */
+        if (store_blob(p, &h, blob, len) < 0)
+            return TD_ENOMEM;
+        if (!p->tearing && (p->state == PEER_READY || p->state == PEER_CONNECTING))
+            td__peer_retire_ep(p);
+    }
     if (p->state == PEER_IDLE || (p->state == PEER_FAILED && !p->tearing)) {
         rc = td__peer_connect(p);
         if (rc < 0)

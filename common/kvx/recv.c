@@ -37,6 +37,7 @@ static rx_t *find_rx(td_kvx_peer_t *p, uint64_t id, bool create)
     TD_ASSERT(r != NULL);
     r->peer = p;
     r->xfer_id = id;
+    r->gen = p->ep_gen;
     r->next = p->rx;
     p->rx = r;
     return r;
@@ -246,7 +247,10 @@ void td__rx_check(rx_t *r)
         };
         k->opts.on_recv(k, p, &info, k->opts.arg);
     }
-    if (r->done_seen && p->state == PEER_READY && p->ep) {
+    /* CONNECTING too: after a new epoch (td_kvx_renew) a transfer the peer began on the retired
+     * endpoint completes while our HELLO on the fresh one is unanswered; UCX sends the ACK once
+     * the fresh endpoint is wired up */
+    if (r->done_seen && (p->state == PEER_READY || p->state == PEER_CONNECTING) && p->ep) {
         wire_hdr_t h = {.xfer_id = r->xfer_id, .status = status};
         td__ctl_send(p, NULL, AM_ACK, &h, NULL, 0);
     }

@@ -50,6 +50,8 @@ static kvx_op_t *op_new(td_kvx_peer_t *p, xfer_t *x, size_t len)
     o->kvx = p->kvx;
     o->peer = p;
     o->x = x;
+    o->gen = p->ep_gen;
+    p->ep_ops++;
     p->ops_out++;
     if (x) {
         x->ops_out++;
@@ -81,8 +83,10 @@ static void op_unlink(kvx_op_t *o)
 static void op_done(kvx_op_t *o, ucs_status_t st)
 {
     op_unlink(o);
-    if (!o->detached)
+    if (!o->detached) {
+        td__op_gen_done(o->peer, o->gen);
         td__op_finished(o->peer, o->x, NULL, st);
+    }
     free(o);
 }
 
@@ -97,6 +101,7 @@ static void op_send_cb(void *req, ucs_status_t st, void *user_data)
 static void op_cancel(kvx_op_t *o)
 {
     op_unlink(o);
+    td__op_gen_done(o->peer, o->gen);
     o->peer->ops_out--;
     if (o->x)
         o->x->ops_out--;
@@ -116,16 +121,36 @@ static void track(kvx_op_t *o, ucs_status_ptr_t sp)
         x->status = td__ucs_to_td(st);
 }
 
-/* Detach every request handle of x (see kvx_op_t): uncounted on x and its peer, moved to
- * k->orphans; a late completion only frees the handle. */
-static void detach_ops(xfer_t *x)
+/* True when generation `gen` of p's endpoints is a retired endpoint still open. */
+static bool gen_open(const td_kvx_peer_t *p, uint32_t gen)
+{
+    for (const kvx_oldep_t *o = p->retired; o; o = o->next)
+        if (o->gen == gen)
+            return true;
+    return false;
+}
+
+/* Whether td__xfer_give_up(p, gen) gives up on o. */
+static bool gives_up(const td_kvx_peer_t *p, const kvx_op_t *o, int64_t gen)
+{
+    return gen >= 0 ? o->gen == (uint32_t)gen : !gen_open(p, o->gen);
+}
+
+/* Detach the request handles of x that td__xfer_give_up(p, gen) gives up on (all when gen is
+ * INT64_MIN: td_kvx_close) (see kvx_op_t): uncounted on x and its peer, moved to k->orphans; a
+ * late completion only frees the handle. */
+static void detach_ops(xfer_t *x, int64_t gen)
 {
     td_kvx_peer_t *p = x->peer;
     td_kvx_t *k = p->kvx;
-    while (x->ops) {
-        kvx_op_t *o = x->ops;
+    kvx_op_t *next;
+    for (kvx_op_t *o = x->ops; o; o = next) {
+        next = o->next;
+        if (gen != INT64_MIN && !gives_up(p, o, gen))
+            continue;
         op_unlink(o);
         TD_ASSERT(p->ops_out > 0 && x->ops_out > 0);
+        td__op_gen_done(p, o->gen);
         p->ops_out--;
         x->ops_out--;
         o->x = NULL;
@@ -135,18 +160,18 @@ static void detach_ops(xfer_t *x)
             k->orphans->prev = o;
         k->orphans = o;
     }
-    TD_ASSERT(x->ops_out == 0);
 }
 
-void td__xfer_give_up(td_kvx_peer_t *p)
+void td__xfer_give_up(td_kvx_peer_t *p, int64_t gen)
 {
     uint32_t n_ops = 0, n_x = 0;
     for (xfer_t *x = p->tx; x; x = x->next) {
-        if (!x->ops)
+        uint32_t before = x->ops_out;
+        detach_ops(x, gen);
+        if (x->ops_out == before)
             continue;
-        n_ops += x->ops_out;
+        n_ops += before - x->ops_out;
         n_x++;
-        detach_ops(x);
         if (x->status == 0)
             x->status = td_err_set(TD_ECONNRESET, "kvx: peer %016llx: endpoint closed",
                                    (unsigned long long)p->instance);
@@ -347,7 +372,9 @@ static void send_pull(xfer_t *x)
 void td__xfer_free(xfer_t *x)
 {
     if (x->ops)
-        detach_ops(x); /* td_kvx_close: UCX may still complete them while it destroys the worker */
+        detach_ops(x, INT64_MIN); /* td_kvx_close: UCX may still complete them while it destroys
+                                     the worker */
+    TD_ASSERT(x->ops_out == 0);
     free(x->src);
     free(x->dst);
     free(x->note);

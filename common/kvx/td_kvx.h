@@ -150,7 +150,9 @@ const void *td_kvx_blob(td_kvx_t *kvx, size_t *len);
 /* Connect to the peer described by `blob` (received over the control plane). Checks the layout
  * (TD_EMISMATCH when the fingerprint or block size differ, TD_EPARSE for a malformed blob).
  * Returns the cached peer when that instance is already known. Endpoint creation is lazy; a push
- * issued before the handshake completes waits for it. The peer is owned by kvx. */
+ * issued before the handshake completes waits for it. The peer is owned by kvx. A known peer's
+ * blob with a newer epoch (td_kvx_renew) replaces the stored one and retires the peer's endpoint:
+ * new transfers go on a fresh one, those already posted finish on the old one. */
 int td_kvx_connect(td_kvx_t *kvx, const void *blob, size_t len, td_kvx_peer_t **out);
 
 /* Push `n` blocks: our block src[i] -> the peer's block dst[i]. `src`, `dst` and `note` are copied;
@@ -195,6 +197,18 @@ void td_kvx_fetch_encode(uint8_t *out, const uint8_t *keys, const uint32_t *dst,
 int td_kvx_fetch_parse(const void *buf, size_t len, uint32_t max_n, uint32_t dst_limit,
                        uint32_t *dst_out, td_kvx_fetch_req_t *out);
 
+/* Start a new data-plane epoch: after this process may have been cut off the network (it lost a
+ * control connection and registers again). Our blob carries the new epoch (fetch it again with
+ * td_kvx_blob for the control plane). Every endpoint we hold is retired, not failed: operations
+ * already posted on it finish (or fail) there, and it is closed once they and the incoming
+ * transfers begun before are done (kept at least 1 s, at most 60 s); each such peer is sent a
+ * HELLO on a fresh endpoint (a new connection, so nothing waits behind whatever the old one still
+ * retransmits), and a peer that reads it, or is handed the new blob, retires its own endpoint to
+ * us the same way. Returns the new epoch. */
+uint64_t td_kvx_renew(td_kvx_t *kvx);
+/* Our data-plane epoch (1 until the first td_kvx_renew). */
+uint64_t td_kvx_epoch(const td_kvx_t *kvx);
+
 /* Transfers of this peer not yet completed (pushes and pulls we started). */
 uint32_t td_kvx_peer_pending(const td_kvx_peer_t *peer);
 /* True while the peer's endpoint is usable (handshake done, no error seen since). */
@@ -210,6 +224,8 @@ typedef struct td_kvx_stats {
     uint64_t recv_failed;   /* incoming transfers delivered with an error */
     uint64_t peer_failures; /* endpoint errors seen */
     uint64_t wakeups;       /* times the loop woke us through the event fd */
+    uint64_t eps_retired;   /* endpoints retired for a new epoch (ours or a peer's) */
+    uint64_t retired_open;  /* of those, still open now (what was posted on them not done) */
 } td_kvx_stats_t;
 void td_kvx_stats(const td_kvx_t *kvx, td_kvx_stats_t *out);
 

@@ -1,6 +1,7 @@
 /* routers.c: the control plane of a worker: one reconnecting td_rpc client per router in
  * `routers`, Hello on every new connection, heartbeats with the load, and the frames routers
- * send (the role's task, Cancel, Drain). */
+ * send (the role's task, Cancel, Drain). A lost router connection starts a new data-plane epoch
+ * (td_kvx_renew) before the worker registers again. */
 #include "td_error.h"
 #include "td_log.h"
 #include "td_msg.h"
@@ -184,6 +185,12 @@ static void on_close(td_rpc_conn_t *c, int status, void *ud)
     rt->conn = NULL;
     TD_LOG_W("lost router %s (%s): canceling its requests", rt->addr,
              status ? td_rpc_conn_reason(c) : "closed");
+    /* We may have been cut off the network: a new data-plane epoch, so the next Hello carries a
+     * blob that tells peers to replace their endpoints to us (ours are replaced now). Transfers
+     * in flight for other routers' requests finish on the old endpoints (td_kvx_renew). Not
+     * while stopping: the clients stop after the data plane may have begun to close. */
+    if (!w->stopped && !w->stopping)
+        td_kvx_renew(w->kvx);
     td_wk_seq_t *next;
     for (td_wk_seq_t *s = w->head; s; s = next) {
         next = s->next;

@@ -13,8 +13,13 @@ machines: no shared memory, no loopback.
   1. 10 greedy streams of 128 tokens; once d0 streams, its switch port goes down (the cable
      pulled: no FIN, no RST, silence both ways). Every stream completes with exactly the tokens
      `tandem generate` gives; the first migration comes within the heartbeat window plus a margin.
-  2. The port comes back up: d0 registers again (`tandem ctl workers --json`) and, with d1
-     drained, serves a new request, again identical to `tandem generate`.
+  2. The link stays down at least CUT_S seconds (long past the streams' end) and comes back up
+     just after p0's kernel retransmitted, into the cut, what UCX had sent d0 on the endpoint
+     that saw it (read from `ss` in p0's namespace): that endpoint would now be silent for a whole
+     backoff period (~26 s). d0 registers again (`tandem ctl workers --json`) and, with d1
+     drained, serves a new request prefilled on p0, identical to `tandem generate`, within
+     FIRST_MAX_S: its KV handoff goes on a fresh endpoint (d0 started a new data-plane epoch when
+     it registered again), not on the stale one (docs/reliability.md).
   3. SIGTERM: every daemon exits 0 (nothing hangs on the endpoint that saw the cut).
 
 Exit 77 (with the reason) where namespaces cannot be made: not root, no `ip`, no netns or veth or
@@ -24,6 +29,7 @@ import ctypes
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -41,6 +47,15 @@ NET = "10.213.0."
 DEV = "tdnet0"         # the veth end inside each host namespace (names are per namespace)
 HB = 1.5               # --cluster.heartbeat_timeout_s
 MARGIN = 4.0           # a loaded 2-core machine: sweep period, scheduling, UCX teardown
+# The cut lasts at least this long, then until p0's TCP connection to d0 retransmits once more:
+# TCP resends what UCX sent into the cut (its keepalives, every 0.5 s) after ~0.2 s doubling,
+# the 7th time 26-28 s after the cut, the 8th ~26 s after that; healed just after one, an
+# endpoint that saw the cut is silent for a whole backoff period.
+CUT_S = 20.0
+CUT_MAX_S = 40.0       # heal by then whatever the kernel did
+# The first request after the heal (prefill on p0, KV handoff to d0, 64 tokens) within this; on
+# the endpoint that saw the cut (main before the data-plane epoch) it took ~26 s.
+FIRST_MAX_S = 5.0
 PFX = "td%d" % os.getpid()
 HOSTS = {"r": 1, "p0": 2, "d0": 3, "d1": 4}   # host -> last octet
 SW = PFX + "-sw"
@@ -67,8 +82,8 @@ def probe():
     """Why namespaces cannot be made here, or None."""
     if os.geteuid() != 0:
         return "not root (network namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN)"
-    if not shutil.which("ip"):
-        return "no `ip` (iproute2)"
+    if not shutil.which("ip") or not shutil.which("ss"):
+        return "no `ip` or `ss` (iproute2)"
     a, b = PFX + "-pa", PFX + "-pb"
     try:
         for step in (["netns", "add", a], ["netns", "add", b],
@@ -181,6 +196,30 @@ class NetCluster(C.Cluster):
             return r.read().decode()
 
 
+def retransmits(host, dst):
+    """The retransmission count of `host`'s TCP connection to `dst` whose retransmission timer
+    runs (ss's `timer:(on,<left>,<count>)`), or None when none has one."""
+    r = subprocess.run(["ip", "netns", "exec", ns(host), "ss", "-tino", "dst", dst],
+                       capture_output=True, text=True, timeout=10)
+    m = re.search(r"timer:\(on,[^,]*,(\d+)\)", r.stdout)
+    return int(m.group(1)) if m else None
+
+
+def heal_after_retransmit(t_cut):
+    """Wait until CUT_S after the cut, then until p0 retransmits toward d0 (or CUT_MAX_S).
+    Returns what was seen, for the log."""
+    time.sleep(max(0.0, CUT_S - (time.monotonic() - t_cut)))
+    first = retransmits("p0", NET + str(HOSTS["d0"]))
+    if first is None:
+        return "no retransmission pending on p0 toward d0"
+    while time.monotonic() - t_cut < CUT_MAX_S:
+        n = retransmits("p0", NET + str(HOSTS["d0"]))
+        if n is not None and n != first:
+            return "healed just after p0's retransmission #%d toward d0" % n
+        time.sleep(0.05)
+    return "p0 did not retransmit toward d0 within %.0f s" % CUT_MAX_S
+
+
 def workers_json(cl):
     return {w["id"]: w for w in json.loads(cl.ctl("workers", "--json").stdout)["workers"]}
 
@@ -249,14 +288,18 @@ def run(build, model, cfg):
     print("link cut: %d streams identical to tandem generate, %d sequences migrated, first "
           "%.2f s after the cut, all done %.2f s after it" % (len(reqs), migrated, dt, t_done))
 
-    # 2. healed: d0 registers again and serves
+    # 2. healed after CUT_S and p0's next retransmission: d0 registers again and serves, its
+    # first KV handoff fast
+    seen = heal_after_retransmit(t_cut)
     ip("-n", SW, "link", "set", "p-d0", "up")
+    cut_s = time.monotonic() - t_cut
     t_heal = time.monotonic()
     T.wait_for(lambda: workers_json(cl).get("d0", {}).get("alive"), HB + 30,
                "d0 to register again after its link came back")
     dt_rejoin = time.monotonic() - t_heal
     cl.ctl("drain", "d1")
     g0 = cl.worker_metric("d0", "tandem_generation_tokens_total")
+    p_before = cl.worker_metric("p0", "tandem_prompt_tokens_total")
     t_req = time.monotonic()
     got = cl.batch([extra], timeout=120)
     t_req = time.monotonic() - t_req
@@ -264,12 +307,28 @@ def run(build, model, cfg):
             "after the heal: %r, want %s" % (got, want[-1][:20]))
     g1 = cl.worker_metric("d0", "tandem_generation_tokens_total")
     T.check(g1 >= g0 + len(want[-1]) - 1, "d0 generated %d tokens of the new request" % (g1 - g0))
+    p_after = cl.worker_metric("p0", "tandem_prompt_tokens_total")
+    T.check(p_after >= p_before + len(extra["prompt_ids"]) - 1,
+            "the request after the heal was not prefilled on p0 (no KV handoff to d0)")
+    # the next handoff too, once the retired endpoints are closed (a 1 s grace)
+    time.sleep(2)
+    k = max(range(len(reqs)), key=lambda i: len(reqs[i]["prompt_ids"]))
+    t_next = time.monotonic()
+    got = cl.batch([dict(reqs[k], max_tokens=16)], timeout=120)
+    t_next = time.monotonic() - t_next
+    T.check(len(got) == 1 and not got[0]["error"] and got[0]["ids"] == want[k][:16],
+            "the next request after the heal: %r, want %s" % (got, want[k][:16]))
     cl.ctl("undrain", "d1")
-    # its first KV handoff from p0 rides the endpoint that saw the cut: it waits out TCP's
-    # retransmission backoff (docs/reliability.md), hence the figure printed here
-    print("healed: d0 registered again %.2f s after the link came up and served a new request "
-          "prefilled on p0 in %.2f s (%d tokens, identical to tandem generate)" %
-          (dt_rejoin, t_req, g1 - g0))
+    retired = {h: open(cl.workers[h].log_path).read().count("endpoint retired")
+               for h in ("p0", "d0")}
+    print("healed after a %.1f s cut (%s): d0 registered again %.2f s after the link came up "
+          "and served a new request prefilled on p0 in %.2f s (%d tokens, identical to tandem "
+          "generate), the next in %.2f s; endpoints retired: %s" %
+          (cut_s, seen, dt_rejoin, t_req, g1 - g0, t_next, retired))
+    T.check(t_req <= FIRST_MAX_S, "the first request after the heal took %.2f s (at most %.1f "
+            "s: its KV handoff waited on the endpoint that saw the cut?)" % (t_req, FIRST_MAX_S))
+    T.check(t_next <= FIRST_MAX_S, "the next request after the heal took %.2f s (at most %.1f "
+            "s)" % (t_next, FIRST_MAX_S))
 
     # 3. clean exit
     codes = cl.stop()

@@ -191,6 +191,21 @@ static td_kvx_t *make(const char *fp, uint64_t bb, rec_t *r)
     return td_kvx_new(&loop, &l, &o);
 }
 
+/* make() with UCX_TLS=tcp for this context only (the environment is restored). */
+static td_kvx_t *make_tcp(rec_t *r)
+{
+    const char *tls = getenv("UCX_TLS");
+    char *saved = tls ? strdup(tls) : NULL;
+    setenv("UCX_TLS", "tcp", 1);
+    td_kvx_t *k = make("fp-one", BB, r);
+    if (saved)
+        setenv("UCX_TLS", saved, 1);
+    else
+        unsetenv("UCX_TLS");
+    free(saved);
+    return k;
+}
+
 static void run_until(int *status, double limit_s)
 {
     double end = td_now_s() + limit_s;
@@ -405,6 +420,18 @@ static int fetch_from_b(const uint32_t *src, uint32_t n, fetch_rec_t *f)
     return td_kvx_fetch(a_to_b, keys, dst, n, TD_KVX_F_CSUM, fetch_cb, f);
 }
 
+/* Answer the fetch kept in `later` in full and wait for the requester's callback (f): every one
+ * of its n blocks arrived. */
+static void answer_later(fetch_rec_t *f, uint32_t n)
+{
+    ck_assert_int_eq(td_kvx_fetch_answer(later.peer, later.id, later.flags, later.src, later.dst,
+                                         later.n, 0, served_cb, NULL),
+                     0);
+    run_until(&f->status, 30);
+    ck_assert_int_eq(f->status, 0);
+    ck_assert_uint_eq(f->n_got, n);
+}
+
 START_TEST(test_fetch)
 {
     fill(kb, 5);
@@ -458,12 +485,7 @@ START_TEST(test_fetch)
     while (td_now_s() < end)
         uv_run(&loop, UV_RUN_NOWAIT);
     ck_assert_int_eq(f.status, 1); /* waits for the answer */
-    ck_assert_int_eq(td_kvx_fetch_answer(later.peer, later.id, later.flags, later.src, later.dst,
-                                         later.n, 0, served_cb, NULL),
-                     0);
-    run_until(&f.status, 30);
-    ck_assert_int_eq(f.status, 0);
-    ck_assert_uint_eq(f.n_got, 3);
+    answer_later(&f, 3);
     for (uint32_t i = 0; i < 3; i++)
         ck_assert(holds(ka, 20 + i, src[i], 7));
     ck_assert_int_eq(serve_calls, 5);
@@ -494,44 +516,155 @@ START_TEST(test_fetch_no_server)
 }
 END_TEST
 
+/* Two contexts over TCP: *a (receives into r) connected to *b (the holder: rb, serves fetches). */
+static void tcp_pair(rec_t *r, td_kvx_t **a, td_kvx_t **b, td_kvx_peer_t **a_b)
+{
+    *a = make_tcp(r);
+    *b = make_tcp(&rb);
+    ck_assert_ptr_nonnull(*a);
+    ck_assert_ptr_nonnull(*b);
+    size_t len;
+    const void *blob = td_kvx_blob(*b, &len);
+    ck_assert_int_eq(td_kvx_connect(*a, blob, len, a_b), 0);
+}
+
+/* Fetch 2 blocks (keys, dst) through p from a holder that keeps the request (SERVE_LATER, in
+ * `later`) without answering; returns once the holder has it. */
+static void fetch_held(td_kvx_peer_t *p, const uint8_t *keys, const uint32_t *dst, fetch_rec_t *f)
+{
+    serve_mode = SERVE_LATER;
+    serve_calls = 0;
+    ck_assert_int_eq(td_kvx_fetch(p, keys, dst, 2, TD_KVX_F_CSUM, fetch_cb, f), 0);
+    double end = td_now_s() + 30;
+    while (serve_calls == 0 && td_now_s() < end)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(serve_calls, 1);
+}
+
 START_TEST(test_fetch_holder_closes)
 {
     /* the holder goes away before it answers: the fetch fails, after UCX let go of the blocks.
      * Over TCP, where a closed endpoint is a closed socket (shared memory notices only the death
      * of the process, which tests/integration covers). */
-    const char *tls = getenv("UCX_TLS");
-    char *saved = tls ? strdup(tls) : NULL;
-    setenv("UCX_TLS", "tcp", 1);
-    rec_t rr = {0}, rh = {0};
-    td_kvx_t *kr = make("fp-one", BB, &rr), *kh = make("fp-one", BB, &rb);
-    if (saved)
-        setenv("UCX_TLS", saved, 1);
-    else
-        unsetenv("UCX_TLS");
-    free(saved);
-    (void)rh;
-    ck_assert_ptr_nonnull(kr);
-    ck_assert_ptr_nonnull(kh);
-    size_t len;
-    const void *blob = td_kvx_blob(kh, &len);
+    rec_t rr = {0};
+    td_kvx_t *kr, *kh;
     td_kvx_peer_t *r_to_h;
-    ck_assert_int_eq(td_kvx_connect(kr, blob, len, &r_to_h), 0);
-    serve_mode = SERVE_LATER;
-    serve_calls = 0;
+    tcp_pair(&rr, &kr, &kh, &r_to_h);
     uint8_t keys[2 * TD_KVX_KEY_BYTES] = {1};
     uint32_t dst[] = {20, 21};
     fetch_rec_t f = {1, 99};
-    ck_assert_int_eq(td_kvx_fetch(r_to_h, keys, dst, 2, TD_KVX_F_CSUM, fetch_cb, &f), 0);
-    double end = td_now_s() + 30;
-    while (serve_calls == 0 && td_now_s() < end)
-        uv_run(&loop, UV_RUN_NOWAIT);
-    ck_assert_int_eq(serve_calls, 1);
+    fetch_held(r_to_h, keys, dst, &f);
     td_kvx_close(kh, NULL, NULL);
     run_until(&f.status, 60);
     ck_assert_int_lt(f.status, 0);
     ck_assert_int_ne(f.status, 1);
     ck_assert_uint_eq(f.n_got, 0);
     td_kvx_close(kr, NULL, NULL);
+}
+END_TEST
+
+/* A new epoch (td_kvx_renew, a worker registering again after losing its router): b's blob
+ * changes, both sides replace their endpoints, a fetch begun before survives it (it finishes on
+ * the retired endpoints), a push queued across it goes on the fresh one, an old blob retires
+ * nothing, and the retired endpoints are closed once done. */
+static void renew_scenario(td_kvx_t *a, td_kvx_t *b, td_kvx_peer_t *a_b, rec_t *rec_b)
+{
+    size_t len0;
+    const void *b0 = td_kvx_blob(b, &len0);
+    uint8_t *old_blob = malloc(len0);
+    memcpy(old_blob, b0, len0);
+    fill(a, 5);
+    fill(b, 6);
+    /* both directions connected: a pushed to b, so b opened its endpoint back */
+    uint32_t src[] = {1, 2, 3}, dst[] = {10, 11, 12};
+    int st;
+    ck_assert_int_eq(push_note(a_b, src, dst, 3, 5, TD_KVX_F_CSUM, &st), 0);
+    run_until(&st, 30);
+    ck_assert_int_eq(st, 0);
+    ck_assert_uint_eq(td_kvx_epoch(b), 1);
+
+    /* a fetch from b, held by b's on_fetch (SERVE_LATER) across the renewal */
+    uint8_t keys[2 * TD_KVX_KEY_BYTES] = {0};
+    keys[0] = 7;
+    keys[TD_KVX_KEY_BYTES] = 8;
+    uint32_t fdst[] = {30, 31};
+    fetch_rec_t f = {1, 99};
+    fetch_held(a_b, keys, fdst, &f);
+
+    ck_assert_uint_eq(td_kvx_renew(b), 2);
+    ck_assert_uint_eq(td_kvx_epoch(b), 2);
+    size_t len1;
+    const uint8_t *b1 = td_kvx_blob(b, &len1);
+    ck_assert_uint_eq(len1, len0);
+    double end;
+    ck_assert(memcmp(b1, old_blob, len0) != 0);
+    td_kvx_stats_t sa, sb;
+    td_kvx_stats(b, &sb);
+    ck_assert_uint_eq(sb.eps_retired, 1); /* b's endpoint to a */
+    ck_assert_uint_eq(sb.retired_open, 1);
+    /* a push queued before the loop ran again: it goes on whatever endpoint is current */
+    uint32_t src2[] = {4}, dst2[] = {13};
+    int st2;
+    ck_assert_int_eq(push_note(a_b, src2, dst2, 1, 5, TD_KVX_F_CSUM, &st2), 0);
+    /* a reads b's HELLO (the new epoch) on a fresh endpoint and retires its own */
+    end = td_now_s() + 30;
+    do {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        td_kvx_stats(a, &sa);
+    } while (sa.eps_retired == 0 && td_now_s() < end);
+    ck_assert_uint_eq(sa.eps_retired, 1);
+    run_until(&st2, 30);
+    ck_assert_int_eq(st2, 0);
+    ck_assert(rec_b->data_ok);
+    ck_assert_int_eq(f.status, 1); /* the fetch still waits for b's answer */
+
+    /* b answers the fetch begun before the renewal */
+    answer_later(&f, 2);
+    ck_assert(holds(a, 30, 7, 6));
+    ck_assert(holds(a, 31, 8, 6));
+
+    /* the new blob is already known, an old one is older: neither retires anything */
+    td_kvx_peer_t *p;
+    ck_assert_int_eq(td_kvx_connect(a, b1, len1, &p), 0);
+    ck_assert_ptr_eq(p, a_b);
+    ck_assert_int_eq(td_kvx_connect(a, old_blob, len0, &p), 0);
+    ck_assert_ptr_eq(p, a_b);
+    td_kvx_stats(a, &sa);
+    ck_assert_uint_eq(sa.eps_retired, 1);
+    ck_assert_int_eq(push_note(a_b, src, dst, 3, 5, TD_KVX_F_CSUM, &st), 0);
+    run_until(&st, 30);
+    ck_assert_int_eq(st, 0);
+
+    /* the retired endpoints close once nothing of theirs is open (after their 1 s grace) */
+    end = td_now_s() + 10;
+    do {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        td_kvx_stats(a, &sa);
+        td_kvx_stats(b, &sb);
+    } while ((sa.retired_open || sb.retired_open) && td_now_s() < end);
+    ck_assert_uint_eq(sa.retired_open, 0);
+    ck_assert_uint_eq(sb.retired_open, 0);
+    ck_assert_uint_eq(sa.peer_failures, 0);
+    ck_assert_uint_eq(sb.peer_failures, 0);
+    free(old_blob);
+}
+
+START_TEST(test_renew)
+{
+    renew_scenario(ka, kb, a_to_b, &rb);
+}
+END_TEST
+
+START_TEST(test_renew_tcp)
+{
+    /* the transport of separate hosts, where an endpoint that saw a cut is the problem */
+    rec_t r1 = {0};
+    td_kvx_t *a, *b;
+    td_kvx_peer_t *a_b;
+    tcp_pair(&r1, &a, &b, &a_b);
+    renew_scenario(a, b, a_b, &rb);
+    td_kvx_close(a, NULL, NULL);
+    td_kvx_close(b, NULL, NULL);
 }
 END_TEST
 
@@ -611,6 +744,8 @@ static Suite *kvx_suite(void)
     tcase_add_test(tc, test_fetch);
     tcase_add_test(tc, test_fetch_no_server);
     tcase_add_test(tc, test_fetch_holder_closes);
+    tcase_add_test(tc, test_renew);
+    tcase_add_test(tc, test_renew_tcp);
     suite_add_tcase(s, tc);
     return s;
 }
