@@ -41,7 +41,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cluster as C  # noqa: E402
-import cluster_test as T  # noqa: E402
+import harness as T  # noqa: E402
 
 NET = "10.213.0."
 DEV = "tdnet0"         # the veth end inside each host namespace (names are per namespace)
