@@ -40,11 +40,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 void fuzz_seed(td_buf_t *b)
 {
     td_buf_append_char(b, 0x04); /* start 0, limit 1: the first request only */
-    td_buf_append_str(b,
-                      "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, "
-                      "\"hash_ids\": [0, 1]}\n"
-                      "{\"timestamp\": 3, \"input_length\": 1100, \"output_length\": 9, "
-                      "\"hash_ids\": [0, 2, 3]}\r\n\n"
-                      "{\"timestamp\": 3, \"input_length\": 1, \"output_length\": 1, "
-                      "\"hash_ids\": [7]}\n");
+    td_buf_append_str(b, "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, "
+                         "\"hash_ids\": [0, 1]}\n"
+                         "{\"timestamp\": 3, \"input_length\": 1100, \"output_length\": 9, "
+                         "\"hash_ids\": [0, 2, 3]}\r\n\n"
+                         "{\"timestamp\": 3, \"input_length\": 1, \"output_length\": 1, "
+                         "\"hash_ids\": [7]}\n");
 }

@@ -138,8 +138,8 @@ typedef struct td_bench_trace {
  * with integer timestamp (>= 0, non-decreasing), input_length and output_length (>= 1) and
  * hash_ids (ceil(input_length / 512) integers >= 0). 0, TD_EPARSE (the message is
  * "NAME:LINE: ..." and names the field), or TD_ENOMEM; on error `out` is left empty. */
-int td_bench_trace_parse(const char *name, const char *data, size_t len, size_t start,
-                         size_t limit, td_bench_trace_t *out);
+int td_bench_trace_parse(const char *name, const char *data, size_t len, size_t start, size_t limit,
+                         td_bench_trace_t *out);
 void td_bench_trace_free(td_bench_trace_t *t);
 
 /* workload.c's prompt words, shared with workload_trace.c */

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_IDS (1u << 20)           /* hash ids on one line */
-#define MAX_LEN ((int64_t)1 << 40)   /* input_length / output_length */
+#define MAX_IDS (1u << 20)            /* hash ids on one line */
+#define MAX_LEN ((int64_t)1 << 40)    /* input_length / output_length */
 #define ID_SALT 0x6d6f6f6e63616b65ULL /* "mooncake": block id -> token stream seed */
 
 void td_bench_trace_free(td_bench_trace_t *t)
@@ -84,8 +84,8 @@ static int parse_req(const char *name, size_t line, json_object *o, td_bench_tra
     return 0;
 }
 
-int td_bench_trace_parse(const char *name, const char *data, size_t len, size_t start,
-                         size_t limit, td_bench_trace_t *out)
+int td_bench_trace_parse(const char *name, const char *data, size_t len, size_t start, size_t limit,
+                         td_bench_trace_t *out)
 {
     memset(out, 0, sizeof(*out));
     size_t cap = 0, line = 0, idx = 0;
@@ -122,10 +122,9 @@ int td_bench_trace_parse(const char *name, const char *data, size_t len, size_t 
         enum json_tokener_error jerr = json_tokener_get_error(jt);
         if (!o || jerr != json_tokener_success || json_tokener_get_parse_end(jt) != ll - lead) {
             rc = td_err_set(TD_EPARSE, "%s:%zu: not one JSON object (%s)", name, line,
-                            jerr == json_tokener_success ? "text after it"
-                            : jerr == json_tokener_continue
-                                ? "unexpected end of line"
-                                : json_tokener_error_desc(jerr));
+                            jerr == json_tokener_success    ? "text after it"
+                            : jerr == json_tokener_continue ? "unexpected end of line"
+                                                            : json_tokener_error_desc(jerr));
             json_object_put(o);
             break;
         }

@@ -34,7 +34,8 @@ static void expect_bad(const char *text, const char *want1, const char *want2)
     ck_assert_uint_eq(t.n, 0);
 }
 
-#define GOOD "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [0, 1]}\n"
+#define GOOD                                                                                       \
+    "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [0, 1]}\n"
 
 START_TEST(test_parse_malformed)
 {
@@ -98,8 +99,7 @@ START_TEST(test_parse_good)
         "\"timestamp\": 250, \"extra\": true}  \n"
         "{\"timestamp\": 250, \"input_length\": 512, \"output_length\": 1, \"hash_ids\": [9]}";
     td_bench_trace_t t;
-    ck_assert_msg(td_bench_trace_parse("x", text, strlen(text), 0, 0, &t) == 0, "%s",
-                  td_err_msg());
+    ck_assert_msg(td_bench_trace_parse("x", text, strlen(text), 0, 0, &t) == 0, "%s", td_err_msg());
     ck_assert_uint_eq(t.n, 3);
     ck_assert_uint_eq(t.reqs[1].line, 3);
     ck_assert_int_eq(t.reqs[1].timestamp_ms, 250);
@@ -140,13 +140,12 @@ START_TEST(test_workload_blocks)
 {
     char path[] = "/tmp/td_bench_traceXXXXXX";
     /* ids 0 and 1 shared; request 3's last block (id 1) is partial where request 1 had it full */
-    write_tmp(path,
-              "{\"timestamp\": 1000, \"input_length\": 1024, \"output_length\": 300, "
-              "\"hash_ids\": [0, 1]}\n"
-              "{\"timestamp\": 1500, \"input_length\": 1300, \"output_length\": 3, "
-              "\"hash_ids\": [0, 5, 6]}\n"
-              "{\"timestamp\": 3000, \"input_length\": 520, \"output_length\": 40, "
-              "\"hash_ids\": [0, 1]}\n");
+    write_tmp(path, "{\"timestamp\": 1000, \"input_length\": 1024, \"output_length\": 300, "
+                    "\"hash_ids\": [0, 1]}\n"
+                    "{\"timestamp\": 1500, \"input_length\": 1300, \"output_length\": 3, "
+                    "\"hash_ids\": [0, 5, 6]}\n"
+                    "{\"timestamp\": 3000, \"input_length\": 520, \"output_length\": 40, "
+                    "\"hash_ids\": [0, 1]}\n");
     td_bench_workload_opts_t o = {.kind = TD_BENCH_WL_MOONCAKE,
                                   .dataset_path = path,
                                   .trace_block_tokens = 16,
@@ -200,8 +199,7 @@ START_TEST(test_workload_blocks)
     o.trace_limit = 1;
     ck_assert_int_eq(td_bench_workload_build(&o, NULL, &w0), 0);
     ck_assert_uint_eq(w0.n, 1);
-    ck_assert_int_eq(strncmp(w0.prompts[0].text, w.prompts[0].text, strlen(w.prompts[0].text)),
-                     0);
+    ck_assert_int_eq(strncmp(w0.prompts[0].text, w.prompts[0].text, strlen(w.prompts[0].text)), 0);
     td_bench_workload_free(&w0);
     td_bench_workload_free(&w);
 
@@ -239,7 +237,8 @@ START_TEST(test_workload_blocks)
     /* a bad file: the message names it and the line */
     o.dataset_path = path;
     FILE *f = fopen(path, "a");
-    fputs("{\"timestamp\": 4000, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": []}\n", f);
+    fputs("{\"timestamp\": 4000, \"input_length\": 5, \"output_length\": 1, \"hash_ids\": []}\n",
+          f);
     fclose(f);
     ck_assert_int_eq(td_bench_workload_build(&o, NULL, &w), TD_EPARSE);
     ck_assert_ptr_nonnull(strstr(td_err_msg(), path));
@@ -277,12 +276,10 @@ START_TEST(test_workload_token_exact)
     td_tokens_t a, b;
     td_tokens_init(&a);
     td_tokens_init(&b);
-    ck_assert_int_eq(td_tokenizer_encode(tok, w.prompts[0].text, strlen(w.prompts[0].text),
-                                         false, &a),
-                     0);
-    ck_assert_int_eq(td_tokenizer_encode(tok, w.prompts[1].text, strlen(w.prompts[1].text),
-                                         false, &b),
-                     0);
+    ck_assert_int_eq(
+        td_tokenizer_encode(tok, w.prompts[0].text, strlen(w.prompts[0].text), false, &a), 0);
+    ck_assert_int_eq(
+        td_tokenizer_encode(tok, w.prompts[1].text, strlen(w.prompts[1].text), false, &b), 0);
     ck_assert_int_eq(memcmp(a.ids, b.ids, 64 * sizeof(int32_t)), 0);
     ck_assert_int_ne(memcmp(a.ids + 64, b.ids + 64, 5 * sizeof(int32_t)), 0);
     td_tokens_free(&a);
