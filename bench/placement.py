@@ -284,9 +284,11 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     model = make_model(build)
     header = ("machine: %d cores, load %s at start; engine %s; model mkmodel tiny DeepSeek-V3 "
-              "(real tokenizer); %s; rate %g req/s; --kv.memory %d MiB per worker" %
+              "(real tokenizer); %s; rate %g req/s (Poisson; mooncake: the trace's arrivals x "
+              "%g); --kv.memory %d MiB per worker" %
               (os.cpu_count(), loadavg(), "SIMULATED (sim)" if a.engine == "sim" else "cpu",
-               time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), a.rate, a.memory))
+               time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), a.rate, a.trace_time_scale,
+               a.memory))
     print("# " + header, flush=True)
     rows = []
     for wl in a.workloads.split(","):
