@@ -118,7 +118,8 @@ def trace_info(stderr):
     return {"requests": int(g[0]), "lines": "%s-%s" % (g[1], g[2]), "span_s": float(g[3]),
             "block_tokens": int(g[4]), "prompts_cut": int(g[5]), "cut_to": int(g[6]),
             "blocks_dropped": int(g[7]), "outputs_capped": int(g[8]), "capped_to": int(g[9]),
-            "ideal_reuse": float(g[10]), "reusable_tokens": int(g[11]),
+            "ideal_reuse": int(g[11]) / int(g[12]) if int(g[12]) else 0.0,
+            "reusable_tokens": int(g[11]),
             "prompt_tokens": int(g[12])}
 
 
