@@ -5,7 +5,10 @@ Usage: bench/kvcache.py BUILD_DIR [--threads 2] [--groups 4 --per-group 4 --syst
                         --question-len 32 --output-len 8] [--sessions 4 --turns 3
                         --mt-question-len 32 --mt-output-len 8] [--concurrency 1]
                         [--rounds 2] [--disk-prompt 2048] [--disk-reps 15]
-                        [--recompute-reps 3]
+                        [--recompute-reps 3] [--workloads prefix,multiturn,mooncake]
+                        [--trace FILE --trace-start 0 --trace-limit 40 --trace-block-tokens 16
+                         --trace-time-scale 1 --trace-max-input-len 1024
+                         --trace-max-output-len 8]
                         [--disk-parent DIR] [--keep-results DIR]
 
 One run, on one machine and model (mkmodel's llama preset `bench` with the Llama 3 tokenizer and a
@@ -17,7 +20,14 @@ One run, on one machine and model (mkmodel's llama preset `bench` with the Llama
    handoff.py does). On each, `tandem bench` runs the shared-prefix workload (groups of prompts
    sharing a system prompt) and the multi-turn one (sessions whose turns extend the
    conversation), --concurrency requests in flight (default 1: TTFT is then the service time,
-   not queueing). Both clusters stay up and each workload runs --rounds times on each, the
+   not queueing). mooncake (with --workloads): the real Mooncake conversation trace replayed by
+   `tandem bench --dataset-name mooncake` (--trace-limit requests, --trace-block-tokens tokens per
+   512-token hash id, prompts cut by whole blocks to --trace-max-input-len, outputs capped to
+   --trace-max-output-len, arrivals at the trace's timestamps x --trace-time-scale within
+   --concurrency), once per cluster (a second round of the same requests would hit the first
+   one's blocks), with the trace's own ideal reuse (the share of its prompt tokens in a block an
+   earlier request had) as the bound on the tokens saved. Both clusters stay up and each
+   workload runs --rounds times on each, the
    rounds alternating which cluster goes first (on/off, off/on), round r with the same prompts
    on both and new prompts in every round, so that drift in the machine's load hits both
    alike. Per workload: mean and p50 TTFT on/off (pooled over the rounds) and their ratio, and
@@ -56,6 +66,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 sys.path.insert(0, HERE)
 import cluster as C  # noqa: E402
 from handoff import ttft  # noqa: E402
+from placement import add_trace_flags, trace_args, trace_info, trace_line  # noqa: E402
 
 BLOCK = 16  # kv.block_size's default, which both clusters use
 
@@ -108,7 +119,9 @@ def run_bench(build, model, cl, workload, a, out_dir, rnd):
             "--save-detailed", "--result-file", path,
             "--label", "%s cache %s round %d" % (workload, cl.label, rnd)]
     # round r of either cluster gets the same prompts; each round's prompts are new to both
-    if workload == "prefix":
+    if workload == "mooncake":
+        argv += ["--backend", "openai"] + trace_args(a)  # arrivals: the trace's (rate inf)
+    elif workload == "prefix":
         argv += ["--backend", "openai", "--dataset-name", "prefix", "--seed", str(100 + rnd),
                  "--num-prompts", str(a.groups * a.per_group), "--prefix-groups", str(a.groups),
                  "--prefix-prompts-per-group", str(a.per_group), "--prefix-system-len",
@@ -134,6 +147,7 @@ def run_bench(build, model, cl, workload, a, out_dir, rnd):
     prompt = d["d0"][0]  # every request passes through the decode worker once
     hits = sum(v[1] + v[2] for v in d.values())
     res["_prefill_prompt"] = d["p0"][0]
+    res["_trace"] = trace_info(r.stderr)
     return res, prompt, prompt - hits
 
 
@@ -153,8 +167,8 @@ def cache_on_off(build, model, a, out_dir):
             cl.label = label
             clusters[label] = cl
             ttft(cl, [3000 + i for i in range(64)])  # warm-up: both workers page in the weights
-        for wl in ("prefix", "multiturn"):
-            for rnd in range(a.rounds):
+        for wl in a.workloads.split(","):
+            for rnd in range(1 if wl == "mooncake" else a.rounds):
                 for label in (("on", "off") if rnd % 2 == 0 else ("off", "on")):
                     res = run_bench(build, model, clusters[label], wl, a, out_dir, rnd)
                     results.setdefault((wl, label), []).append(res)
@@ -324,22 +338,29 @@ def report_cache(results, a):
           "thread(s) per worker, %d request(s) in flight, %d round(s) alternating which "
           "cluster goes first, TTFT pooled over the rounds" % (a.threads, a.concurrency,
                                                               a.rounds))
-    print("prefix:    %d groups x %d prompts, %d-token system prompt + %d-token question, "
-          "%d output tokens" % (a.groups, a.per_group, a.system_len, a.question_len,
-                                a.output_len))
-    print("multiturn: %d sessions x %d turns, %d-token questions, %d output tokens "
-          "(chat endpoint)" % (a.sessions, a.turns, a.mt_question_len, a.mt_output_len))
+    wls = a.workloads.split(",")
+    if "prefix" in wls:
+        print("prefix:    %d groups x %d prompts, %d-token system prompt + %d-token question, "
+              "%d output tokens" % (a.groups, a.per_group, a.system_len, a.question_len,
+                                    a.output_len))
+    if "multiturn" in wls:
+        print("multiturn: %d sessions x %d turns, %d-token questions, %d output tokens "
+              "(chat endpoint)" % (a.sessions, a.turns, a.mt_question_len, a.mt_output_len))
+    if "mooncake" in wls:
+        t = results[("mooncake", "on")][0][0].get("_trace")
+        print("mooncake:  one round; %s" % (trace_line(t) if t else "(tandem bench did not "
+                                              "describe the trace)"))
     print("%-9s %5s %12s %12s %6s %6s %14s %14s" % (
         "workload", "cache", "mean_ttft_ms", "p50_ttft_ms", "reqs", "failed", "prompt_tokens",
         "computed_toks"))
     agg = {}
-    for wl in ("prefix", "multiturn"):
+    for wl in wls:
         for label in ("on", "off"):
             agg[(wl, label)] = p = pooled(results[(wl, label)])
             print("%-9s %5s %12.1f %12.1f %6d %6d %14d %14d" % ((wl, label) + p))
     print("%-9s %16s %16s %22s   %s" % ("workload", "mean ttft on/off", "p50 ttft on/off",
                                         "prefill tokens saved", "mean on/off per round"))
-    for wl in ("prefix", "multiturn"):
+    for wl in wls:
         on, off = agg[(wl, "on")], agg[(wl, "off")]
         saved = 1 - on[5] / off[5] if off[5] else None
         per = ["%.3f" % (x[0]["mean_ttft_ms"] / y[0]["mean_ttft_ms"])
@@ -347,6 +368,12 @@ def report_cache(results, a):
         print("%-9s %16.3f %16.3f %21s   %s" % (
             wl, on[0] / off[0], on[1] / off[1],
             "%.1f%%" % (100 * saved) if saved is not None else "n/a", " ".join(per)))
+        t = results[(wl, "on")][0][0].get("_trace")
+        if t:
+            print("  %s: the trace's ideal reuse is %.1f%% of its prompt tokens (the bound on "
+                  "the tokens saved); saved / ideal = %.3f" %
+                  (wl, 100 * t["ideal_reuse"],
+                   saved / t["ideal_reuse"] if saved is not None and t["ideal_reuse"] else 0))
         if on[4] != off[4]:
             print("  note: %s prompt tokens differ on/off (%d vs %d): the multi-turn history "
                   "holds the generated answers" % (wl, on[4], off[4]))
@@ -428,6 +455,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2,
                     help="workload runs per cluster, alternating which cluster goes first")
     ap.add_argument("--skip", default="", help="comma-separated: cache, disk")
+    ap.add_argument("--workloads", default="prefix,multiturn",
+                    help="cache on/off workloads: prefix, multiturn, mooncake (the trace)")
+    add_trace_flags(ap, 40, 1.0, 1024, 8)
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     t0 = time.monotonic()

@@ -2,11 +2,14 @@
 """placement.py: KV-aware placement against p2c and round_robin, and against an oracle, on
 2 prefill + 3 decode workers with the cluster KV index in Redis.
 
-Usage: bench/placement.py BUILD_DIR [--engine cpu|sim] [--workloads multiturn,prefix]
+Usage: bench/placement.py BUILD_DIR [--engine cpu|sim] [--workloads multiturn,prefix,mooncake]
                           [--policies kv_aware,p2c,round_robin] [--rate 4] [--memory 128]
                           [--sessions 8 --turns 4 --mt-question-len 64 --mt-output-len 32]
                           [--groups 4 --per-group 8 --system-len 512 --question-len 64
                            --output-len 16] [--slo-ttft-ms 2000] [--slo-tpot-ms 200]
+                          [--trace FILE --trace-start 0 --trace-limit 600 --trace-block-tokens 16
+                           --trace-time-scale 0.2 --trace-max-input-len 3072
+                           --trace-max-output-len 32]
                           [--router-arg FLAG]... [--no-oracle]
                           [--html docs/bench/placement.html] [--out DIR]
 
@@ -16,6 +19,14 @@ fresh cluster (router + 2 prefill + 3 decode + a private redis-server, every wor
 MiB, the same seed, so the same trace): `tandem bench` at --rate req/s (Poisson), then from every
 worker's /metrics the prompt tokens (each request counted once, on its decode worker) and the
 prefix-cache hits (both tiers, every worker). Hit rate = hits / prompt tokens.
+
+mooncake: the real Mooncake conversation trace (--trace, default ../shared/traces/; `tandem bench
+--dataset-name mooncake`): --trace-limit requests from --trace-start, --trace-block-tokens tokens
+synthesized per 512-token hash id (the sharing pattern kept), arrivals at the trace's timestamps x
+--trace-time-scale (not Poisson, --rate unused), prompts cut by whole blocks to
+--trace-max-input-len and outputs capped to --trace-max-output-len (tandem bench says how many).
+Its ideal reuse (share of the replayed prompt tokens in a block whose id an earlier replayed
+request had, from the hash ids) is printed as the upper bound of any cache's hit rate.
 
 The oracle: the same trace on a cluster whose one prefill worker has the two prefill workers'
 memory and whose one decode worker has the three decode workers' (1 prefill + 1 decode): every
@@ -33,6 +44,7 @@ import argparse
 import html
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -70,12 +82,64 @@ def counters(cl):
     return prompt, hits
 
 
+def trace_args(a):
+    """tandem bench's flags for the Mooncake trace replay (shared with kvcache.py)."""
+    return ["--dataset-name", "mooncake", "--dataset-path", a.trace, "--trace-start",
+            str(a.trace_start), "--trace-limit", str(a.trace_limit), "--trace-block-tokens",
+            str(a.trace_block_tokens), "--trace-time-scale", str(a.trace_time_scale),
+            "--trace-max-input-len", str(a.trace_max_input_len), "--trace-max-output-len",
+            str(a.trace_max_output_len)]
+
+
+def add_trace_flags(ap, limit, scale, max_in, max_out):
+    ap.add_argument("--trace", default=os.path.join(HERE, "..", "..", "shared", "traces",
+                                                    "mooncake_conversation_trace.jsonl"),
+                    help="Mooncake trace (JSON lines) for the mooncake workload")
+    ap.add_argument("--trace-start", type=int, default=0)
+    ap.add_argument("--trace-limit", type=int, default=limit)
+    ap.add_argument("--trace-block-tokens", type=int, default=16)
+    ap.add_argument("--trace-time-scale", type=float, default=scale)
+    ap.add_argument("--trace-max-input-len", type=int, default=max_in)
+    ap.add_argument("--trace-max-output-len", type=int, default=max_out)
+
+
+TRACE_RE = re.compile(r"mooncake: (\d+) requests \(file lines (\d+)-(\d+)\) over ([\d.]+) s, "
+                      r"(\d+) tokens per block; (\d+) prompts cut to (\d+) tokens \((\d+) blocks "
+                      r"dropped\), (\d+) outputs capped to (\d+); ideal reuse ([\d.]+) \((\d+) "
+                      r"of (\d+)")
+
+
+def trace_info(stderr):
+    """What tandem bench said of the trace it replayed, or None."""
+    m = TRACE_RE.search(stderr)
+    if not m:
+        return None
+    g = m.groups()
+    return {"requests": int(g[0]), "lines": "%s-%s" % (g[1], g[2]), "span_s": float(g[3]),
+            "block_tokens": int(g[4]), "prompts_cut": int(g[5]), "cut_to": int(g[6]),
+            "blocks_dropped": int(g[7]), "outputs_capped": int(g[8]), "capped_to": int(g[9]),
+            "ideal_reuse": int(g[11]) / int(g[12]) if int(g[12]) else 0.0,
+            "reusable_tokens": int(g[11]),
+            "prompt_tokens": int(g[12])}
+
+
+def trace_line(t):
+    return ("trace: %d requests (file lines %s) over %.1f s, %d tokens per hash id; %d prompts "
+            "cut to %d tokens (%d blocks dropped), %d outputs capped to %d; ideal reuse %.3f "
+            "(%d of %d prompt tokens in a block seen before)" %
+            (t["requests"], t["lines"], t["span_s"], t["block_tokens"], t["prompts_cut"],
+             t["cut_to"], t["blocks_dropped"], t["outputs_capped"], t["capped_to"],
+             t["ideal_reuse"], t["reusable_tokens"], t["prompt_tokens"]))
+
+
 def bench_argv(build, model, cl, workload, a, path, label):
     argv = [os.path.join(build, "tools", "tandem"), "bench", "--base-url", cl.http,
             "--tokenizer", model, "--model", os.path.basename(model), "--request-rate",
-            str(a.rate), "--ignore-eos", "--no-progress", "--seed", "7", "--result-file", path,
+            "inf" if workload == "mooncake" else str(a.rate), "--ignore-eos", "--no-progress", "--seed", "7", "--result-file", path,
             "--metric-percentiles", "50,90,99", "--goodput", "ttft:%g" % a.slo_ttft_ms,
             "tpot:%g" % a.slo_tpot_ms, "--label", label]
+    if workload == "mooncake":
+        return argv + ["--backend", "openai"] + trace_args(a)
     if workload == "prefix":
         return argv + ["--backend", "openai", "--dataset-name", "prefix",
                        "--num-prompts", str(a.groups * a.per_group), "--prefix-groups",
@@ -127,7 +191,8 @@ def one_run(build, model, a, workload, policy, oracle):
            "p50_ttft_ms": res["median_ttft_ms"], "p90_ttft_ms": res["p90_ttft_ms"],
            "mean_ttft_ms": res["mean_ttft_ms"], "goodput": res["request_goodput"],
            "throughput": res["request_throughput"], "placed": placed,
-           "seconds": time.monotonic() - t0, "load_after": loadavg()}
+           "seconds": time.monotonic() - t0, "load_after": loadavg(),
+           "trace": trace_info(r.stderr)}
     print("%-9s %-11s hit rate %.3f (%d of %d tokens) p50 TTFT %7.1f ms p90 %7.1f ms goodput "
           "%.2f req/s throughput %.2f req/s failed %d load %s" %
           (workload, name, row["hit_rate"], row["hits"], row["prompt_tokens"],
@@ -164,6 +229,8 @@ def write_html(path, rows, a, header):
     for wl in sorted({r["workload"] for r in rows}):
         rs = [r for r in rows if r["workload"] == wl]
         orc = [r for r in rs if r["policy"] == "oracle"]
+        if rs[0].get("trace"):
+            parts.append("<p>%s</p>" % html.escape(trace_line(rs[0]["trace"])))
         parts.append("<h2>%s</h2><table><tr><th>policy</th><th>hit rate</th><th>of oracle</th>"
                      "<th>p50 TTFT ms</th><th>p90 TTFT ms</th><th>goodput req/s</th>"
                      "<th>throughput req/s</th><th>failed</th><th>requests placed per decode "
@@ -208,6 +275,7 @@ def main():
     ap.add_argument("--slo-tpot-ms", type=float, default=200)
     ap.add_argument("--router-arg", action="append", default=[],
                     help="one more router flag for every cluster (repeat it)")
+    add_trace_flags(ap, 600, 0.2, 3072, 32)
     ap.add_argument("--no-oracle", action="store_true", help="skip the oracle runs")
     ap.add_argument("--html", default=None)
     ap.add_argument("--out", default="bench-placement-out")
@@ -217,9 +285,11 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     model = make_model(build)
     header = ("machine: %d cores, load %s at start; engine %s; model mkmodel tiny DeepSeek-V3 "
-              "(real tokenizer); %s; rate %g req/s; --kv.memory %d MiB per worker" %
+              "(real tokenizer); %s; rate %g req/s (Poisson; mooncake: the trace's arrivals x "
+              "%g); --kv.memory %d MiB per worker" %
               (os.cpu_count(), loadavg(), "SIMULATED (sim)" if a.engine == "sim" else "cpu",
-               time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), a.rate, a.memory))
+               time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), a.rate, a.trace_time_scale,
+               a.memory))
     print("# " + header, flush=True)
     rows = []
     for wl in a.workloads.split(","):
@@ -233,14 +303,22 @@ def main():
         if not orcs:
             continue
         orc = orcs[0]
+        if orc.get("trace"):
+            print("## %-9s %s" % (wl, trace_line(orc["trace"])))
+            print("## %-9s oracle hit rate %.3f = %.3f of the trace's ideal reuse %.3f" %
+                  (wl, orc["hit_rate"], orc["hit_rate"] / orc["trace"]["ideal_reuse"]
+                   if orc["trace"]["ideal_reuse"] else 0.0, orc["trace"]["ideal_reuse"]))
         for r in rows:
             if r["workload"] != wl or r["policy"] == "oracle":
                 continue
             share = r["hit_rate"] / orc["hit_rate"] if orc["hit_rate"] else 0.0
-            print("## %-9s %-11s hit rate %.3f = %.3f of the oracle's %.3f; p50/p90 TTFT "
+            ideal = (" (%.3f of the ideal %.3f)" % (r["hit_rate"] / r["trace"]["ideal_reuse"],
+                                                     r["trace"]["ideal_reuse"])
+                     if r.get("trace") and r["trace"]["ideal_reuse"] else "")
+            print("## %-9s %-11s hit rate %.3f = %.3f of the oracle's %.3f%s; p50/p90 TTFT "
                   "%.1f/%.1f ms; goodput %.2f req/s" %
-                  (wl, r["policy"], r["hit_rate"], share, orc["hit_rate"], r["p50_ttft_ms"],
-                   r["p90_ttft_ms"], r["goodput"]))
+                  (wl, r["policy"], r["hit_rate"], share, orc["hit_rate"], ideal,
+                   r["p50_ttft_ms"], r["p90_ttft_ms"], r["goodput"]))
             if r["policy"] == "kv_aware" and share < 0.95:
                 ok = False
     print("# load at the end %s" % loadavg())

@@ -45,6 +45,8 @@ typedef enum td_bench_workload_kind {
     TD_BENCH_WL_PREFIX,    /* shared-prefix groups */
     TD_BENCH_WL_MULTITURN, /* chat sessions; each turn extends the conversation with the answer */
     TD_BENCH_WL_SHAREGPT,
+    TD_BENCH_WL_MOONCAKE, /* a Mooncake trace (workload_trace.c): prompts from its prefix block
+                             ids, arrivals from its timestamps */
 } td_bench_workload_kind_t;
 
 typedef struct td_bench_workload_opts {
@@ -65,6 +67,13 @@ typedef struct td_bench_workload_opts {
     const char *dataset_path;
     int64_t sharegpt_output_len; /* > 0: fixed output length instead of the dataset's */
     int64_t min_len, max_prompt_len, max_total_len; /* vLLM's is_valid_sequence (4, 1024, 2048) */
+    /* mooncake (dataset_path is the trace) */
+    int64_t trace_block_tokens;   /* tokens synthesized per hash id, 1..512 (the trace's 512) */
+    double trace_time_scale;      /* arrival times (from the first replayed request) x this */
+    int64_t trace_start;          /* requests (non-blank lines) skipped at the start */
+    int64_t trace_limit;          /* requests replayed, 0 = to the end */
+    int64_t trace_max_input_len;  /* > 0: prompts cut to this many tokens, by whole blocks */
+    int64_t trace_max_output_len; /* > 0: output lengths capped to this */
 } td_bench_workload_opts_t;
 
 /* One prompt of a workload. */
@@ -76,12 +85,26 @@ typedef struct td_bench_prompt {
     int32_t turn;       /* multi-turn: the turn in its session, 0-based; -1 otherwise */
 } td_bench_prompt_t;
 
+/* What a trace replay did to the trace (mooncake). */
+typedef struct td_bench_trace_stats {
+    size_t first_line, last_line; /* 1-based file lines of the first and last request replayed */
+    size_t truncated;             /* prompts cut to trace_max_input_len */
+    int64_t blocks_cut;           /* hash ids those cuts dropped */
+    size_t outputs_capped;        /* output lengths cut to trace_max_output_len */
+    int64_t prompt_tokens;        /* synthesized prompt tokens (blocks x block tokens + tails) */
+    int64_t reusable_tokens;      /* of those, in a block whose id an earlier request replayed:
+                                     the trace's own ideal reuse (an upper bound for a cache) */
+    double span_s;                /* the last arrival, seconds (time scale applied) */
+} td_bench_trace_stats_t;
+
 typedef struct td_bench_workload {
     td_bench_prompt_t *prompts; /* [n] in send order (multi-turn: turn-major) */
     size_t n;
     int64_t num_sessions;                /* multi-turn only */
     bool exact_lengths;                  /* lengths came from a tokenizer */
     size_t sharegpt_seen, sharegpt_kept; /* ShareGPT entries read and kept by the filter */
+    double *arrivals;             /* mooncake: [n] send times from the trace, seconds; else NULL */
+    td_bench_trace_stats_t trace; /* mooncake only */
 } td_bench_workload_t;
 
 /* Build a workload. `tok` may be NULL: prompts are then made of words from a fixed list and
@@ -92,6 +115,39 @@ int td_bench_workload_build(const td_bench_workload_opts_t *o, const td_tokenize
                             td_bench_workload_t *out);
 /* Free the prompts; `w` is left empty (freeing twice is harmless). */
 void td_bench_workload_free(td_bench_workload_t *w);
+
+/* ---- Mooncake traces (workload_trace.c) ---- */
+
+#define TD_BENCH_TRACE_BLOCK 512 /* tokens per hash id in the trace format */
+
+/* One request of a trace file, as the file says it. */
+typedef struct td_bench_trace_req {
+    int64_t timestamp_ms, input_length, output_length;
+    int64_t *hash_ids; /* [n_ids], n_ids = ceil(input_length / 512), each >= 0 */
+    size_t n_ids;
+    size_t line; /* 1-based line in the file */
+} td_bench_trace_req_t;
+
+typedef struct td_bench_trace {
+    td_bench_trace_req_t *reqs;
+    size_t n;
+} td_bench_trace_t;
+
+/* Parse `len` bytes of a Mooncake trace (JSON lines; blank lines skipped), skipping the first
+ * `start` requests and keeping at most `limit` (0 = all). Every kept line must be one JSON object
+ * with integer timestamp (>= 0, non-decreasing), input_length and output_length (>= 1) and
+ * hash_ids (ceil(input_length / 512) integers >= 0). 0, TD_EPARSE (the message is
+ * "NAME:LINE: ..." and names the field), or TD_ENOMEM; on error `out` is left empty. */
+int td_bench_trace_parse(const char *name, const char *data, size_t len, size_t start, size_t limit,
+                         td_bench_trace_t *out);
+void td_bench_trace_free(td_bench_trace_t *t);
+
+/* workload.c's prompt words, shared with workload_trace.c */
+extern const char *const td__bench_words[];
+extern const size_t td__bench_n_words;
+/* The mooncake workload (td_bench_workload_build's case for it). */
+int td__bench_build_trace(const td_bench_workload_opts_t *o, const td_tokenizer_t *tok,
+                          td_bench_workload_t *w);
 
 /* ---- one request's outcome (vLLM's RequestFuncOutput) ---- */
 

@@ -39,8 +39,8 @@ void td__bench_usage(FILE *f)
             "  --num-warmups N           requests before each run, not measured (default 0)\n"
             "  --seed N                  arrivals and workload seed (default 0)\n"
             "workload\n"
-            "  --dataset-name D          random (default), prefix, multiturn, sharegpt\n"
-            "  --dataset-path FILE       ShareGPT JSON\n"
+            "  --dataset-name D          random (default), prefix, multiturn, sharegpt, mooncake\n"
+            "  --dataset-path FILE       ShareGPT JSON, or a Mooncake trace (JSON lines)\n"
             "  --tokenizer MODEL_DIR     token-exact lengths with this tokenizer.json\n"
             "  --random-input-len N      (default 1024)   --random-output-len N (default 128)\n"
             "  --random-range-ratio R    lengths uniform in [len(1-R), len(1+R)] (default 0)\n"
@@ -49,6 +49,14 @@ void td__bench_usage(FILE *f)
             "  --prefix-system-len N     (default 512) --prefix-question-len N (default 64)\n"
             "  --sessions N              multi-turn sessions (default 16) --turns N (default 4)\n"
             "  --sharegpt-output-len N   fixed output length for ShareGPT\n"
+            "mooncake trace (arrivals from its timestamps; a finite --request-rate rescales\n"
+            "them to that mean rate)\n"
+            "  --trace-block-tokens N    tokens synthesized per hash id (default 512, 1-512)\n"
+            "  --trace-time-scale X      arrival times x X (default 1; 0.5 = twice as fast)\n"
+            "  --trace-start N           skip the first N requests (default 0)\n"
+            "  --trace-limit N           replay N requests (default 0 = to the end)\n"
+            "  --trace-max-input-len N   cut prompts to N tokens by whole blocks (default none)\n"
+            "  --trace-max-output-len N  cap output lengths to N (default none)\n"
             "  --ignore-eos              ask the server to generate exactly max_tokens\n"
             "results\n"
             "  --metric-percentiles LIST percentiles to report (default 90,95,99)\n"
@@ -187,6 +195,12 @@ enum {
     O_SESS,
     O_TURNS,
     O_SGOUT,
+    O_TBLOCK,
+    O_TSCALE,
+    O_TSTART,
+    O_TLIMIT,
+    O_TMAXIN,
+    O_TMAXOUT,
     O_IGNEOS,
     O_PCTS,
     O_GOODPUT,
@@ -231,6 +245,12 @@ int td__bench_parse_opts(int argc, char **argv, opts_t *o, char *host, size_t hn
                                        {"sessions", 1, 0, O_SESS},
                                        {"turns", 1, 0, O_TURNS},
                                        {"sharegpt-output-len", 1, 0, O_SGOUT},
+                                       {"trace-block-tokens", 1, 0, O_TBLOCK},
+                                       {"trace-time-scale", 1, 0, O_TSCALE},
+                                       {"trace-start", 1, 0, O_TSTART},
+                                       {"trace-limit", 1, 0, O_TLIMIT},
+                                       {"trace-max-input-len", 1, 0, O_TMAXIN},
+                                       {"trace-max-output-len", 1, 0, O_TMAXOUT},
                                        {"ignore-eos", 0, 0, O_IGNEOS},
                                        {"metric-percentiles", 1, 0, O_PCTS},
                                        {"goodput", 1, 0, O_GOODPUT},
@@ -326,10 +346,12 @@ int td__bench_parse_opts(int argc, char **argv, opts_t *o, char *host, size_t hn
                 o->wl.kind = TD_BENCH_WL_MULTITURN;
             else if (strcmp(optarg, "sharegpt") == 0)
                 o->wl.kind = TD_BENCH_WL_SHAREGPT;
+            else if (strcmp(optarg, "mooncake") == 0 || strcmp(optarg, "mooncake_trace") == 0)
+                o->wl.kind = TD_BENCH_WL_MOONCAKE;
             else
                 rc = td_err_set(TD_EINVAL,
                                 "--dataset-name: \"%s\" (random, prefix, multiturn, "
-                                "sharegpt)",
+                                "sharegpt, mooncake)",
                                 optarg);
             break;
         case O_DSPATH:
@@ -370,6 +392,29 @@ int td__bench_parse_opts(int argc, char **argv, opts_t *o, char *host, size_t hn
             break;
         case O_SGOUT:
             rc = num_arg("--sharegpt-output-len", optarg, 1, &o->wl.sharegpt_output_len);
+            break;
+        case O_TBLOCK:
+            rc = num_arg("--trace-block-tokens", optarg, 1, &o->wl.trace_block_tokens);
+            if (rc == 0 && o->wl.trace_block_tokens > TD_BENCH_TRACE_BLOCK)
+                rc = td_err_set(TD_EINVAL, "--trace-block-tokens: at most %d (the trace's block)",
+                                TD_BENCH_TRACE_BLOCK);
+            break;
+        case O_TSCALE:
+            rc = dbl_arg("--trace-time-scale", optarg, false, &o->wl.trace_time_scale);
+            if (rc == 0 && !(o->wl.trace_time_scale > 0))
+                rc = td_err_set(TD_EINVAL, "--trace-time-scale must be > 0");
+            break;
+        case O_TSTART:
+            rc = num_arg("--trace-start", optarg, 0, &o->wl.trace_start);
+            break;
+        case O_TLIMIT:
+            rc = num_arg("--trace-limit", optarg, 1, &o->wl.trace_limit);
+            break;
+        case O_TMAXIN:
+            rc = num_arg("--trace-max-input-len", optarg, 1, &o->wl.trace_max_input_len);
+            break;
+        case O_TMAXOUT:
+            rc = num_arg("--trace-max-output-len", optarg, 1, &o->wl.trace_max_output_len);
             break;
         case O_IGNEOS:
             o->ignore_eos = true;

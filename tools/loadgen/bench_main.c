@@ -64,7 +64,9 @@ int td_cmd_bench(int argc, char **argv)
                                       .turns_per_session = 4,
                                       .min_len = 4,
                                       .max_prompt_len = 1024,
-                                      .max_total_len = 2048};
+                                      .max_total_len = 2048,
+                                      .trace_block_tokens = TD_BENCH_TRACE_BLOCK,
+                                      .trace_time_scale = 1.0};
     bool help = false;
     if (td__bench_parse_opts(argc, argv, &o, host, sizeof(host), &help) != 0) {
         fprintf(stderr, "tandem bench: %s\n", td_err_msg());
@@ -111,6 +113,19 @@ int td_cmd_bench(int argc, char **argv)
     if (o.wl.kind == TD_BENCH_WL_SHAREGPT)
         fprintf(stderr, "tandem bench: ShareGPT: %zu conversations with two turns read, %zu kept\n",
                 wl.sharegpt_seen, wl.sharegpt_kept);
+    if (o.wl.kind == TD_BENCH_WL_MOONCAKE) {
+        const td_bench_trace_stats_t *t = &wl.trace;
+        fprintf(stderr,
+                "tandem bench: mooncake: %zu requests (file lines %zu-%zu) over %.1f s, %lld "
+                "tokens per block; %zu prompts cut to %lld tokens (%lld blocks dropped), %zu "
+                "outputs capped to %lld; ideal reuse %.4f (%lld of %lld prompt tokens in a block "
+                "seen before)\n",
+                wl.n, t->first_line, t->last_line, t->span_s, (long long)o.wl.trace_block_tokens,
+                t->truncated, (long long)o.wl.trace_max_input_len, (long long)t->blocks_cut,
+                t->outputs_capped, (long long)o.wl.trace_max_output_len,
+                t->prompt_tokens ? (double)t->reusable_tokens / (double)t->prompt_tokens : 0.0,
+                (long long)t->reusable_tokens, (long long)t->prompt_tokens);
+    }
     td_bench_target_t tgt = {o.host,      o.port, o.endpoint,      o.api_key,
                              o.timeout_s, o.chat, o.app_timestamps};
     if (o.rpc && td_rpc_secret_load(getenv("TANDEM_CLUSTER_SECRET"), o.secret_file, &secret,
@@ -127,7 +142,7 @@ int td_cmd_bench(int argc, char **argv)
         double rate = o.rates[ri];
         size_t n = o.duration > 0 ? (size_t)ceil(rate * o.duration) : o.num_prompts;
         if (o.wl.kind == TD_BENCH_WL_MULTITURN || o.wl.kind == TD_BENCH_WL_PREFIX ||
-            o.wl.kind == TD_BENCH_WL_SHAREGPT)
+            o.wl.kind == TD_BENCH_WL_SHAREGPT || o.wl.kind == TD_BENCH_WL_MOONCAKE)
             n = o.duration > 0 ? TD_MIN(n, wl.n) : wl.n;
         if (o.wl.kind == TD_BENCH_WL_SHAREGPT)
             n = TD_MIN(o.duration > 0 ? (size_t)ceil(rate * o.duration) : o.num_prompts, wl.n);
@@ -192,7 +207,14 @@ int td_cmd_bench(int argc, char **argv)
             free(wr);
             free(wp);
         }
-        if (td_bench_arrivals(n, rate, o.burstiness, o.seed, arr) != 0) {
+        if (wl.arrivals) {
+            /* a trace: its own arrivals; a finite rate compresses them to that mean rate */
+            double f = isfinite(rate) && wl.arrivals[n - 1] > 0
+                           ? ((double)n / rate) / wl.arrivals[n - 1]
+                           : 1.0;
+            for (size_t i = 0; i < n; i++)
+                arr[i] = wl.arrivals[i] * f;
+        } else if (td_bench_arrivals(n, rate, o.burstiness, o.seed, arr) != 0) {
             fprintf(stderr, "tandem bench: %s\n", td_err_msg());
             free(arr);
             free(prompt_of);

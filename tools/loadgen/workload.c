@@ -1,7 +1,8 @@
 /* workload.c: the prompts a benchmark sends: random (vLLM's RandomDataset), shared-prefix groups
  * (SGLang's generated-shared-prefix), multi-turn chat sessions, and ShareGPT files with vLLM's
- * filter. With a tokenizer, lengths are token-exact the way vLLM makes them: random ids are
- * decoded, re-encoded and padded or cut until the text encodes to the target length. */
+ * filter (Mooncake trace replay: workload_trace.c). With a tokenizer, lengths are token-exact
+ * the way vLLM makes them: random ids are decoded, re-encoded and padded or cut until the text
+ * encodes to the target length. */
 #include "bench.h"
 #include "td_error.h"
 
@@ -11,13 +12,15 @@
 #include <string.h>
 
 /* Words for prompts when no tokenizer is given: short, common, each usually one token. */
-static const char *const WORDS[] = {
+const char *const td__bench_words[] = {
     "the",   "of",   "and",   "to",   "in",    "is",    "it",    "you",  "that", "he",   "was",
     "for",   "on",   "are",   "with", "as",    "his",   "they",  "be",   "at",   "one",  "have",
     "this",  "from", "or",    "had",  "by",    "hot",   "word",  "but",  "what", "some", "we",
     "can",   "out",  "other", "were", "all",   "there", "when",  "up",   "use",  "your", "how",
     "said",  "an",   "each",  "she",  "which", "do",    "their", "time", "if",   "will", "way",
     "about", "many", "then",  "them", "write", "would", "like",  "so",   "these"};
+#define WORDS td__bench_words
+const size_t td__bench_n_words = sizeof(td__bench_words) / sizeof(td__bench_words[0]);
 
 typedef struct gen {
     td_rng_t rng;
@@ -106,7 +109,7 @@ static int gen_text_prefixed(gen_t *g, const td_tokens_t *prefix, int64_t n, td_
     }
     if (!g->tok) {
         for (int64_t i = 0; i < n; i++) {
-            const char *w = WORDS[td_rng_next(&g->rng) % TD_ARRAY_LEN(WORDS)];
+            const char *w = WORDS[td_rng_next(&g->rng) % td__bench_n_words];
             int rc = td_buf_printf(out, "%s%s", i || out->len ? " " : "", w);
             if (rc)
                 return rc;
@@ -402,6 +405,9 @@ int td_bench_workload_build(const td_bench_workload_opts_t *o, const td_tokenize
         case TD_BENCH_WL_SHAREGPT:
             rc = build_sharegpt(o, &g, out);
             break;
+        case TD_BENCH_WL_MOONCAKE:
+            rc = td__bench_build_trace(o, tok, out);
+            break;
         default:
             rc = td_err_set(TD_EINVAL, "unknown workload");
         }
@@ -418,5 +424,6 @@ void td_bench_workload_free(td_bench_workload_t *w)
     for (size_t i = 0; i < w->n; i++)
         free(w->prompts[i].text);
     free(w->prompts);
+    free(w->arrivals);
     memset(w, 0, sizeof(*w));
 }

@@ -1,7 +1,8 @@
 /* test_bench_client.c: the load generator's HTTP/SSE client against the scripted server
  * (tests/integration/sse_server.c, path in $TD_SSE_SERVER) with known delays: TTFT/TPOT/ITL
  * within tolerance, keep-alive reuse, every failure kind counted, malformed and fuzzed responses
- * without a crash, the server's /metrics view, and `tandem bench` end to end ($TD_TANDEM). */
+ * without a crash, the server's /metrics view, and `tandem bench` end to end ($TD_TANDEM), a
+ * Mooncake trace replay included. */
 #include "bench.h"
 #include "td_check.h"
 #include "td_error.h"
@@ -471,6 +472,70 @@ START_TEST(test_cli_end_to_end)
     ck_assert(json_object_object_get_ex(o, "total_input_tokens", &v) &&
               json_object_get_int(v) == 6 * 25);
     json_object_put(o);
+    /* a Mooncake trace: sent at its timestamps (x 0.5: 0, 0.1, 0.1, 0.4 s), prompts from its
+     * hash ids (8 words per block, tails scaled); a finite rate rescales the same arrivals */
+    snprintf(cmd, sizeof(cmd), "%s/t.jsonl", dir);
+    FILE *tf = fopen(cmd, "w");
+    ck_assert_ptr_nonnull(tf);
+    fputs("{\"timestamp\": 1000, \"input_length\": 1024, \"output_length\": 3, "
+          "\"hash_ids\": [0, 1]}\n"
+          "{\"timestamp\": 1200, \"input_length\": 600, \"output_length\": 2, "
+          "\"hash_ids\": [0, 2]}\n"
+          "{\"timestamp\": 1200, \"input_length\": 10, \"output_length\": 2, "
+          "\"hash_ids\": [0]}\n"
+          "{\"timestamp\": 1800, \"input_length\": 1536, \"output_length\": 9, "
+          "\"hash_ids\": [0, 1, 3]}\n",
+          tf);
+    fclose(tf);
+    for (int pass = 0; pass < 2; pass++) {
+        snprintf(cmd, sizeof(cmd),
+                 "%s bench --base-url http://127.0.0.1:%d --dataset-name mooncake --dataset-path "
+                 "%s/t.jsonl --trace-block-tokens 8 --trace-time-scale 0.5 "
+                 "--trace-max-output-len 4 %s --save-detailed --result-file %s/t.json "
+                 "--no-progress > %s/out.txt 2>&1",
+                 tandem, s.port, dir, pass ? "--request-rate 40" : "", dir, dir);
+        ck_assert_int_eq(run_cmd(cmd), 0);
+        snprintf(cmd, sizeof(cmd), "%s/t.json", dir);
+        o = json_object_from_file(cmd);
+        ck_assert_ptr_nonnull(o);
+        ck_assert(json_object_object_get_ex(o, "completed", &v) && json_object_get_int(v) == 4);
+        ck_assert(json_object_object_get_ex(o, "input_lens", &v));
+        const int want_in[] = {16, 10, 1, 24}; /* 600 - 512 = 88 -> ceil(88 x 8 / 512) = 2 */
+        for (int i = 0; i < 4; i++)
+            ck_assert_int_eq(json_object_get_int(json_object_array_get_idx(v, (size_t)i)),
+                             want_in[i]);
+        ck_assert(json_object_object_get_ex(o, "output_lens", &v));
+        ck_assert_int_eq(json_object_get_int(json_object_array_get_idx(v, 3)), 4); /* capped */
+        ck_assert(json_object_object_get_ex(o, "start_times", &v));
+        double t1 = json_object_get_double(json_object_array_get_idx(v, 1)),
+               t3 = json_object_get_double(json_object_array_get_idx(v, 3));
+        /* pass 0: the trace's 0.2 s and 0.8 s x 0.5; pass 1: rescaled so the 4th is at 4 / 40 */
+        double w1 = pass ? 0.025 : 0.1, w3 = pass ? 0.1 : 0.4;
+        ck_assert_msg(t1 >= w1 - 0.005 && t1 < w1 + 0.08, "start %g, want %g", t1, w1);
+        ck_assert_msg(t3 >= w3 - 0.005 && t3 < w3 + 0.08, "start %g, want %g", t3, w3);
+        json_object_put(o);
+    }
+    snprintf(cmd, sizeof(cmd),
+             "grep -q 'mooncake: 4 requests (file lines 1-4).*1 outputs capped to "
+             "4; ideal reuse' %s/out.txt",
+             dir);
+    ck_assert_int_eq(run_cmd(cmd), 0);
+    /* a bad line: the error names the file, line and field; exit status 1 */
+    snprintf(cmd, sizeof(cmd), "%s/t.jsonl", dir);
+    tf = fopen(cmd, "a");
+    fputs("{\"timestamp\": 1900, \"input_length\": 5, \"output_length\": 1}\n", tf);
+    fclose(tf);
+    snprintf(cmd, sizeof(cmd),
+             "%s bench --base-url http://127.0.0.1:%d --dataset-name mooncake --dataset-path "
+             "%s/t.jsonl > %s/err.txt 2>&1; s=$?; grep -q 't.jsonl:5: field \"hash_ids\" is "
+             "missing' %s/err.txt || exit 99; exit $s",
+             tandem, s.port, dir, dir, dir);
+    ck_assert_int_eq(run_cmd(cmd), 1);
+    snprintf(cmd, sizeof(cmd),
+             "%s bench --dataset-name mooncake --trace-block-tokens 600 > "
+             "%s/err.txt 2>&1",
+             tandem, dir);
+    ck_assert_int_eq(run_cmd(cmd), 2);
     /* bad flags: a clear message and exit status 2 */
     snprintf(cmd, sizeof(cmd), "%s bench --backend nope > %s/err.txt 2>&1", tandem, dir);
     ck_assert_int_eq(run_cmd(cmd), 2);
