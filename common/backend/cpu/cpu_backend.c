@@ -157,7 +157,8 @@ static void mm_rows_fma(const mm_job_t *j, int64_t r0, int64_t r1, float *buf)
 {
     const td_mat_t *W = j->W;
     const int64_t ld = j->x_ld, chunk = SCRATCH_FLOATS / 4;
-    const int step = j->T == 1 ? 4 : 3;
+    const int step = j->T == 1 ? td__cpu_decode_rows(W->dtype) : 3;
+    const bool fused = td__cpu_fused(W->dtype);
     for (int64_t r = r0; r < r1; r += step) {
         int R = (int)TD_MIN(step, r1 - r);
         for (int64_t c0 = 0; c0 < W->cols; c0 += chunk) {
@@ -172,13 +173,13 @@ static void mm_rows_fma(const mm_job_t *j, int64_t r0, int64_t r1, float *buf)
             for (int i = 0; i < R; i++)
                 w[i] = td__cpu_row_chunk(W, r + i, c0, n, buf + i * chunk);
             for (; t + 4 <= j->T && R <= 3; t += 4) {
-                td__cpu_tile(R, 4, w, j->x + (size_t)t * ld + c0, ld, n, o);
+                td__cpu_tile(fused, R, 4, w, j->x + (size_t)t * ld + c0, ld, n, o);
                 for (int i = 0; i < R; i++)
                     for (int k = 0; k < 4; k++)
                         put(j, t + k, r + i, c0, o[i][k]);
             }
             for (; t < j->T; t++) {
-                td__cpu_tile(R, 1, w, j->x + (size_t)t * ld + c0, ld, n, o);
+                td__cpu_tile(fused, R, 1, w, j->x + (size_t)t * ld + c0, ld, n, o);
                 for (int i = 0; i < R; i++)
                     put(j, t, r + i, c0, o[i][0]);
             }

@@ -1,9 +1,9 @@
 /* cpu_fma.c: the matmul kernels for CPUs with AVX2, FMA and F16C (x86-64-v3), picked at run time
  * by cpu_backend.c's mm_rows (td__cpu_fma says whether this CPU has them).
  *
- * Every output (weight row r, token t) has its own 8-lane accumulator, folded with one fused
- * multiply-add per 8 columns in column order, then the lanes in one fixed tree and the scalar
- * tail in order. A tile of several rows and tokens only shares the loads (each weight vector feeds
+ * Every output (weight row r, token t) has its own 8-lane accumulator, folded per 8 columns in
+ * column order (one fused multiply-add, or for F32 weights a multiply then an add: the choice is
+ * per weight type, td__cpu_fused), then the lanes in one fixed tree and the scalar tail in order. A tile of several rows and tokens only shares the loads (each weight vector feeds
  * every token of the tile, each token vector every row): it does not change any output's sum, so
  * a token's result is bitwise the same alone (decode), in a batch or split over threads.
  *
@@ -21,6 +21,9 @@
 #include <immintrin.h>
 
 #define K __attribute__((target("avx2,fma,f16c")))
+
+/* acc + w * x: one fused multiply-add, or a multiply then an add (two roundings). */
+#define MAC(F, w, x, acc) ((F) ? _mm256_fmadd_ps(w, x, acc) : _mm256_add_ps(acc, _mm256_mul_ps(w, x)))
 #define KI __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
 
 bool td__cpu_fma(void)
@@ -30,6 +33,25 @@ bool td__cpu_fma(void)
         have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                __builtin_cpu_supports("f16c");
     return have;
+}
+
+/* Per weight type: fused multiply-adds or separate ones, and how many rows one token's kernel
+ * takes at a time. Measured here (AMD EPYC, rows from memory, one thread's CPU time): one F32 row
+ * at a time with a separate multiply and add streams at the read bandwidth (~21 GB/s), where one
+ * FMA chain's longer latency holds it to ~18 and two or more F32 rows at once ran at 8-13 (the
+ * hardware prefetcher follows one stream better than several); F16 streams two rows at once at
+ * ~22 GB/s (one: 16), Q8_0 four rows at ~13 GB/s (one: 8), both with FMA and a software
+ * prefetch of the next group of rows. With 128 tokens the FMA tiles reach ~64 GFLOP/s, the
+ * separate multiply and add ~43, the kernels before this file ~37: F32 keeps the separate ones
+ * for its decode's sake. */
+bool td__cpu_fused(td_dtype_t t)
+{
+    return t != TD_DTYPE_F32;
+}
+
+int td__cpu_decode_rows(td_dtype_t t)
+{
+    return t == TD_DTYPE_F16 ? 2 : t == TD_DTYPE_Q8_0 ? 4 : 1;
 }
 
 /* The lanes in the fixed tree, then the scalar tail w[i..n) . x[i..n) in order. */
@@ -44,7 +66,7 @@ KI float finish(__m256 acc, const float *w, const float *x, int64_t i, int64_t n
 }
 
 /* R rows w[0..R) against TN tokens (x, x + ld, ...): out[r][t]. R * TN accumulators. */
-KI void tile(int R, int TN, const float *const *w, const float *x, int64_t ld, int64_t n,
+KI void tile(bool F, int R, int TN, const float *const *w, const float *x, int64_t ld, int64_t n,
              float out[4][4])
 {
     __m256 acc[4][4];
@@ -64,7 +86,7 @@ KI void tile(int R, int TN, const float *const *w, const float *x, int64_t ld, i
             __m256 xv = _mm256_loadu_ps(x + t * ld + i);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
-                acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+                acc[r][t] = MAC(F, wv[r], xv, acc[r][t]);
         }
     }
 #pragma GCC unroll 4
@@ -74,28 +96,33 @@ KI void tile(int R, int TN, const float *const *w, const float *x, int64_t ld, i
             out[r][t] = finish(acc[r][t], w[r], x + t * ld, i, n);
 }
 
-#define TILE(R, TN)                                                                                \
-    K static void tile_##R##x##TN(const float *const *w, const float *x, int64_t ld, int64_t n,   \
-                                  float out[4][4])                                                 \
+#define TILE(F, R, TN)                                                                             \
+    K static void tile##F##_##R##x##TN(const float *const *w, const float *x, int64_t ld,          \
+                                       int64_t n, float out[4][4])                                 \
     {                                                                                              \
-        tile(R, TN, w, x, ld, n, out);                                                             \
+        tile(F, R, TN, w, x, ld, n, out);                                                          \
     }
-TILE(1, 1)
-TILE(2, 1)
-TILE(3, 1)
-TILE(4, 1)
-TILE(1, 4)
-TILE(2, 4)
-TILE(3, 4)
+#define TILES(F)                                                                                   \
+    TILE(F, 1, 1)                                                                                  \
+    TILE(F, 2, 1)                                                                                  \
+    TILE(F, 3, 1)                                                                                  \
+    TILE(F, 4, 1)                                                                                  \
+    TILE(F, 1, 4)                                                                                  \
+    TILE(F, 2, 4)                                                                                  \
+    TILE(F, 3, 4)
+TILES(0)
+TILES(1)
 
-void td__cpu_tile(int R, int TN, const float *const *w, const float *x, int64_t ld, int64_t n,
-                  float out[4][4])
+void td__cpu_tile(bool fused, int R, int TN, const float *const *w, const float *x, int64_t ld,
+                  int64_t n, float out[4][4])
 {
     typedef void (*fn)(const float *const *, const float *, int64_t, int64_t, float[4][4]);
-    static const fn one[4] = {tile_1x1, tile_2x1, tile_3x1, tile_4x1};
-    static const fn four[3] = {tile_1x4, tile_2x4, tile_3x4};
+    static const fn one[2][4] = {{tile0_1x1, tile0_2x1, tile0_3x1, tile0_4x1},
+                                 {tile1_1x1, tile1_2x1, tile1_3x1, tile1_4x1}};
+    static const fn four[2][3] = {{tile0_1x4, tile0_2x4, tile0_3x4},
+                                  {tile1_1x4, tile1_2x4, tile1_3x4}};
     TD_ASSERT(R >= 1 && R <= (TN == 4 ? 3 : 4) && (TN == 1 || TN == 4));
-    (TN == 1 ? one : four)[R - 1](w, x, ld, n, out);
+    (TN == 1 ? one[fused] : four[fused])[R - 1](w, x, ld, n, out);
 }
 
 /* ---------- one token, straight from the stored blocks (n a multiple of 32) ---------- */
@@ -105,7 +132,19 @@ KI float lanes(__m256 acc)
     return finish(acc, NULL, NULL, 0, 0);
 }
 
-KI void f16_rows(int R, const uint8_t *const *w, const float *x, int64_t n, float *out)
+/* Prefetch the part of the next group of rows [pf, ...) that matches iteration it, `step` bytes per
+ * row per iteration: R rows read at R places at once are R streams, which the hardware prefetcher
+ * follows worse (measured here: R = 4 rows from memory ran at half the speed of one) than this
+ * one sequential stream a group ahead. */
+KI void prefetch_next(int R, int step, const char *pf, int64_t it)
+{
+#pragma GCC unroll 8
+    for (int p = 0; p < R * step; p += 64)
+        _mm_prefetch(pf + (size_t)it * R * step + p, _MM_HINT_T0);
+}
+
+KI void f16_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_t n, float *out,
+                 const char *pf)
 {
     __m256 acc[4];
 #pragma GCC unroll 4
@@ -113,23 +152,26 @@ KI void f16_rows(int R, const uint8_t *const *w, const float *x, int64_t n, floa
         acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
         __m256 xv = _mm256_loadu_ps(x + i);
+        prefetch_next(R, 16, pf, i / 8);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-            acc[r] = _mm256_fmadd_ps(
-                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[r] + 2 * i))), xv, acc[r]);
+            acc[r] = MAC(F, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[r] + 2 * i))), xv,
+                         acc[r]);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
         out[r] = lanes(acc[r]);
 }
 
-KI void q8_0_rows(int R, const uint8_t *const *w, const float *x, int64_t n, float *out)
+KI void q8_0_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_t n, float *out,
+                  const char *pf)
 {
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
         acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        prefetch_next(R, 34, pf, b);
         __m256 xv[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
@@ -144,7 +186,7 @@ KI void q8_0_rows(int R, const uint8_t *const *w, const float *x, int64_t n, flo
             for (int k = 0; k < 4; k++) {
                 __m256 q = _mm256_cvtepi32_ps(
                     _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * k))));
-                acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(d, q), xv[k], acc[r]);
+                acc[r] = MAC(F, _mm256_mul_ps(d, q), xv[k], acc[r]);
             }
         }
     }
@@ -153,19 +195,18 @@ KI void q8_0_rows(int R, const uint8_t *const *w, const float *x, int64_t n, flo
         out[r] = lanes(acc[r]);
 }
 
-#define ROWS(kind, R)                                                                              \
-    K static void kind##_##R(const uint8_t *const *w, const float *x, int64_t n, float *out)     \
+#define ROWS(kind, F, R)                                                                           \
+    K static void kind##F##_##R(const uint8_t *const *w, const float *x, int64_t n, float *out,    \
+                                const char *pf)                                                    \
     {                                                                                              \
-        kind##_rows(R, w, x, n, out);                                                              \
+        kind##_rows(F, R, w, x, n, out, pf);                                                       \
     }
-ROWS(f16, 1)
-ROWS(f16, 2)
-ROWS(f16, 3)
-ROWS(f16, 4)
-ROWS(q8_0, 1)
-ROWS(q8_0, 2)
-ROWS(q8_0, 3)
-ROWS(q8_0, 4)
+#define ROWS4(kind, F)                                                                             \
+    ROWS(kind, F, 1) ROWS(kind, F, 2) ROWS(kind, F, 3) ROWS(kind, F, 4)
+ROWS4(f16, 0)
+ROWS4(f16, 1)
+ROWS4(q8_0, 0)
+ROWS4(q8_0, 1)
 
 K static float dot_q4_0(const uint8_t *w, const float *x, int64_t n)
 {
@@ -257,25 +298,31 @@ K static float dot_q6_k(const uint8_t *w, const float *x, int64_t n)
 bool td__cpu_dot_rows(const td_mat_t *W, int64_t r, int R, int64_t c0, int64_t n, const float *x,
                       float *out)
 {
-    typedef void (*fn)(const uint8_t *const *, const float *, int64_t, float *);
-    static const fn f16[4] = {f16_1, f16_2, f16_3, f16_4}, q8[4] = {q8_0_1, q8_0_2, q8_0_3, q8_0_4};
-    if (n % 32 || (W->dtype != TD_DTYPE_Q8_0 && n % td_dtype_block(W->dtype)))
+    typedef void (*fn)(const uint8_t *const *, const float *, int64_t, float *, const char *);
+    static const fn f16[2][4] = {{f160_1, f160_2, f160_3, f160_4}, {f161_1, f161_2, f161_3, f161_4}},
+                    q8[2][4] = {{q8_00_1, q8_00_2, q8_00_3, q8_00_4},
+                                {q8_01_1, q8_01_2, q8_01_3, q8_01_4}};
+    const bool F = td__cpu_fused(W->dtype);
+    if (n % 32 || n % td_dtype_block(W->dtype))
         return false;
     size_t rb = td_dtype_row_bytes(W->dtype, W->cols), off = td_dtype_row_bytes(W->dtype, c0);
     const uint8_t *rows[4];
     TD_ASSERT(R >= 1 && R <= 4);
     for (int i = 0; i < R; i++)
         rows[i] = (const uint8_t *)W->data + (size_t)(r + i) * rb + off;
+    const char *next = (const char *)rows[0] + (size_t)R * rb; /* the next group's first row */
     switch (W->dtype) {
     case TD_DTYPE_F16:
-        f16[R - 1](rows, x, n, out);
+        f16[F][R - 1](rows, x, n, out, next);
         return true;
     case TD_DTYPE_Q8_0:
-        q8[R - 1](rows, x, n, out);
+        q8[F][R - 1](rows, x, n, out, next);
         return true;
     case TD_DTYPE_Q4_0:
     case TD_DTYPE_Q4_K:
     case TD_DTYPE_Q6_K:
+        if (!F)
+            return false;
         for (int i = 0; i < R; i++)
             out[i] = W->dtype == TD_DTYPE_Q4_0   ? dot_q4_0(rows[i], x, n)
                      : W->dtype == TD_DTYPE_Q4_K ? dot_q4_k(rows[i], x, n)
@@ -291,6 +338,18 @@ bool td__cpu_dot_rows(const td_mat_t *W, int64_t r, int R, int64_t c0, int64_t n
 bool td__cpu_fma(void)
 {
     return false;
+}
+
+bool td__cpu_fused(td_dtype_t t)
+{
+    (void)t;
+    return false;
+}
+
+int td__cpu_decode_rows(td_dtype_t t)
+{
+    (void)t;
+    return 1;
 }
 
 #endif

@@ -70,7 +70,12 @@ bool td__cpu_fma(void);
 
 /* out[r][t] = w[r][0..n) . x[t * ld .. t * ld + n) for R rows against TN tokens, TN 1 (R <= 4)
  * or 4 (R <= 3); each output's sum in the one fixed order whatever R and TN are. */
-void td__cpu_tile(int R, int TN, const float *const *w, const float *x, int64_t ld, int64_t n,
+/* Whether W's products use fused multiply-adds (per weight type; fixed for the process), and
+ * how many rows at a time one token's kernel takes. */
+bool td__cpu_fused(td_dtype_t t);
+int td__cpu_decode_rows(td_dtype_t t);
+
+void td__cpu_tile(bool fused, int R, int TN, const float *const *w, const float *x, int64_t ld, int64_t n,
                   float out[4][4]);
 
 /* out[i] = columns [c0, c0 + n) of row r + i of W (i < R <= 4) . x[n], summed straight from the
