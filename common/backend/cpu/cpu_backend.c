@@ -150,8 +150,8 @@ static inline void put(const mm_job_t *j, int64_t t, int64_t r, int64_t c0, floa
 }
 
 /* Rows [r0, r1) of the product with cpu_fma.c's kernels: three rows against four tokens at a time
- * (one token at a time for the rest), four rows at a time for a single token, which is summed
- * straight from the stored blocks where a kernel exists. Long rows go in column chunks of a
+ * (one token at a time for the rest); for a single token, td__cpu_decode_rows rows at a time,
+ * summed straight from the stored blocks where a kernel exists. Long rows go in column chunks of a
  * quarter of the scratch buffer (one quarter per row of a tile). */
 static void mm_rows_fma(const mm_job_t *j, int64_t r0, int64_t r1, float *buf)
 {
