@@ -64,10 +64,9 @@ static inline float finish(v8f acc, const float *w, const float *x, int64_t i, i
     return s;
 }
 
-/* Two weight rows against four tokens (8 accumulators: each loaded value feeds two or four
- * products), one row against four tokens, one row against one token. Measured on this machine:
- * decode (one token) streams weights fastest one row at a time; prefill runs about twice as fast
- * with the two-row tile as with one row against eight tokens. */
+/* Where the CPU lacks AVX2/FMA/F16C (cpu_fma.c has the kernels for those that have them): two
+ * weight rows against four tokens (8 accumulators: each loaded value feeds two or four products),
+ * one row against four tokens, one row against one token. */
 TD_CPU_KERNEL static void kern_2x4(const float *w0, const float *w1, const float *x, int64_t ld,
                                    int64_t n, float out[2][4])
 {
@@ -150,6 +149,44 @@ static inline void put(const mm_job_t *j, int64_t t, int64_t r, int64_t c0, floa
     *dst = c0 ? *dst + o : o;
 }
 
+/* Rows [r0, r1) of the product with cpu_fma.c's kernels: three rows against four tokens at a time
+ * (one token at a time for the rest); for a single token, td__cpu_decode_rows rows at a time,
+ * summed straight from the stored blocks where a kernel exists. Long rows go in column chunks of a
+ * quarter of the scratch buffer (one quarter per row of a tile). */
+static void mm_rows_fma(const mm_job_t *j, int64_t r0, int64_t r1, float *buf)
+{
+    const td_mat_t *W = j->W;
+    const int64_t ld = j->x_ld, chunk = SCRATCH_FLOATS / 4;
+    const int step = j->T == 1 ? td__cpu_decode_rows(W->dtype) : 3;
+    const bool fused = td__cpu_fused(W->dtype);
+    for (int64_t r = r0; r < r1; r += step) {
+        int R = (int)TD_MIN(step, r1 - r);
+        for (int64_t c0 = 0; c0 < W->cols; c0 += chunk) {
+            int64_t n = TD_MIN(chunk, W->cols - c0), t = 0;
+            float o[4][4], o1[4];
+            if (j->T == 1 && td__cpu_dot_rows(W, r, R, c0, n, j->x + c0, o1)) {
+                for (int i = 0; i < R; i++)
+                    put(j, 0, r + i, c0, o1[i]);
+                continue;
+            }
+            const float *w[4];
+            for (int i = 0; i < R; i++)
+                w[i] = td__cpu_row_chunk(W, r + i, c0, n, buf + i * chunk);
+            for (; t + 4 <= j->T && R <= 3; t += 4) {
+                td__cpu_tile(fused, R, 4, w, j->x + (size_t)t * ld + c0, ld, n, o);
+                for (int i = 0; i < R; i++)
+                    for (int k = 0; k < 4; k++)
+                        put(j, t + k, r + i, c0, o[i][k]);
+            }
+            for (; t < j->T; t++) {
+                td__cpu_tile(fused, R, 1, w, j->x + (size_t)t * ld + c0, ld, n, o);
+                for (int i = 0; i < R; i++)
+                    put(j, t, r + i, c0, o[i][0]);
+            }
+        }
+    }
+}
+
 /* Rows [r0, r1) of the product. With four or more tokens: pairs of rows against groups of four
  * tokens (kern_2x4), the rest one by one; otherwise one row at a time. Long rows are dequantised
  * in column chunks of the scratch buffer (half of it per row of a pair). */
@@ -159,16 +196,14 @@ static void mm_rows(void *arg, int64_t r0, int64_t r1, int tid)
     const td_mat_t *W = j->W;
     const int64_t ld = j->x_ld, step = j->T >= 4 ? 2 : 1, chunk = SCRATCH_FLOATS / 2;
     float *buf = j->c->scratch[tid];
+    if (td__cpu_fma()) {
+        mm_rows_fma(j, r0, r1, buf);
+        return;
+    }
     for (int64_t r = r0; r < r1; r += step) {
         bool pair = step == 2 && r + 1 < r1;
         for (int64_t c0 = 0; c0 < W->cols; c0 += chunk) {
             int64_t n = TD_MIN(chunk, W->cols - c0), t = 0;
-            float o1;
-            /* one token: straight from the blocks where a kernel exists (the same sum) */
-            if (j->T == 1 && td__cpu_dot_row(W, r, c0, n, j->x + c0, &o1)) {
-                put(j, 0, r, c0, o1);
-                continue;
-            }
             const float *w0 = td__cpu_row_chunk(W, r, c0, n, buf);
             const float *w1 = pair ? td__cpu_row_chunk(W, r + 1, c0, n, buf + chunk) : NULL;
             for (; t + 4 <= j->T; t += 4) {

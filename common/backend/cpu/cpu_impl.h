@@ -47,11 +47,41 @@ float td__cpu_dot(const float *a, const float *b, int64_t n);
  * else buf[n] filled. c0 and n keep every block whole (multiples of 256 but for the row's end). */
 const float *td__cpu_row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, float *buf);
 
-/* *out = the dot product of columns [c0, c0 + n) of row r of W with x[n], summed in the one-row
- * matmul kernel's order over the values td__cpu_row_chunk gives (so bitwise the same), without
- * storing the row: Q8_0, Q4_0, Q4_K and Q6_K where the CPU has AVX2 and F16C, F16 where it has
- * F16C. False (nothing done) otherwise. */
-bool td__cpu_dot_row(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, const float *x,
-                     float *out);
+/* Sub-block j's 6-bit scale and min in a Q4_K block's 12 scale bytes. */
+static inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* cpu_fma.c: the kernels for x86-64-v3 (AVX2, FMA, F16C), built with GCC on x86-64. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TD_CPU_FMA_KERNELS 1
+#endif
+
+/* True where this build has cpu_fma.c's kernels and the CPU runs them. When it does, every matmul
+ * goes through them (and only then), so all outputs are summed the same way. */
+bool td__cpu_fma(void);
+
+/* out[r][t] = w[r][0..n) . x[t * ld .. t * ld + n) for R rows against TN tokens, TN 1 (R <= 4)
+ * or 4 (R <= 3); each output's sum in the one fixed order whatever R and TN are. */
+/* Whether W's products use fused multiply-adds (per weight type; fixed for the process), and
+ * how many rows at a time one token's kernel takes. */
+bool td__cpu_fused(td_dtype_t t);
+int td__cpu_decode_rows(td_dtype_t t);
+
+void td__cpu_tile(bool fused, int R, int TN, const float *const *w, const float *x, int64_t ld, int64_t n,
+                  float out[4][4]);
+
+/* out[i] = columns [c0, c0 + n) of row r + i of W (i < R <= 4) . x[n], summed straight from the
+ * stored F16, Q8_0, Q4_0, Q4_K or Q6_K blocks, bitwise what td__cpu_tile gives over the values
+ * td__cpu_row_chunk stores. False (nothing done) for other types or a partial block. */
+bool td__cpu_dot_rows(const td_mat_t *W, int64_t r, int R, int64_t c0, int64_t n, const float *x,
+                      float *out);
 
 #endif

@@ -1,0 +1,355 @@
+/* cpu_fma.c: the matmul kernels for CPUs with AVX2, FMA and F16C (x86-64-v3), picked at run time
+ * by cpu_backend.c's mm_rows (td__cpu_fma says whether this CPU has them).
+ *
+ * Every output (weight row r, token t) has its own 8-lane accumulator, folded per 8 columns in
+ * column order (one fused multiply-add, or for F32 weights a multiply then an add: the choice is
+ * per weight type, td__cpu_fused), then the lanes in one fixed tree and the scalar tail in order. A tile of several rows and tokens only shares the loads (each weight vector feeds
+ * every token of the tile, each token vector every row): it does not change any output's sum, so
+ * a token's result is bitwise the same alone (decode), in a batch or split over threads.
+ *
+ * One token's F16, Q8_0, Q4_0, Q4_K and Q6_K rows are summed straight from the stored blocks,
+ * each weight the same fp32 value td__cpu_row_chunk would have stored (an exact conversion, or
+ * d * q, or d * scale * q - min in the same order), in the same order: so without storing the row,
+ * the same result as the tiles over the dequantised row. Several rows at once for F16 and Q8_0:
+ * one row's chain of dependent additions would leave the FMA units idle while it waits. */
+#include "cpu_impl.h"
+#include "td_error.h"
+
+#include <string.h>
+
+#ifdef TD_CPU_FMA_KERNELS
+#include <immintrin.h>
+
+#define K __attribute__((target("avx2,fma,f16c")))
+
+/* acc + w * x: one fused multiply-add, or a multiply then an add (two roundings). */
+#define MAC(F, w, x, acc) ((F) ? _mm256_fmadd_ps(w, x, acc) : _mm256_add_ps(acc, _mm256_mul_ps(w, x)))
+#define KI __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+
+bool td__cpu_fma(void)
+{
+    static int have = -1;
+    if (have < 0)
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    return have;
+}
+
+/* Per weight type: fused multiply-adds or separate ones, and how many rows one token's kernel
+ * takes at a time. Measured here (AMD EPYC, rows from memory, one thread's CPU time): one F32 row
+ * at a time with a separate multiply and add streams at the read bandwidth (~21 GB/s), where one
+ * FMA chain's longer latency holds it to ~18 and two or more F32 rows at once ran at 8-13 (the
+ * hardware prefetcher follows one stream better than several); F16 streams two rows at once at
+ * ~22 GB/s (one: 16), Q8_0 four rows at ~13 GB/s (one: 8), both with FMA and a software
+ * prefetch of the next group of rows. With 128 tokens the FMA tiles reach ~64 GFLOP/s, the
+ * separate multiply and add ~43, the kernels before this file ~37: F32 keeps the separate ones
+ * for its decode's sake. */
+bool td__cpu_fused(td_dtype_t t)
+{
+    return t != TD_DTYPE_F32;
+}
+
+int td__cpu_decode_rows(td_dtype_t t)
+{
+    return t == TD_DTYPE_F16 ? 2 : t == TD_DTYPE_Q8_0 ? 4 : 1;
+}
+
+/* The lanes in the fixed tree, then the scalar tail w[i..n) . x[i..n) in order. */
+KI float finish(__m256 acc, const float *w, const float *x, int64_t i, int64_t n)
+{
+    float v[8];
+    _mm256_storeu_ps(v, acc);
+    float s = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+    for (; i < n; i++)
+        s += w[i] * x[i];
+    return s;
+}
+
+/* R rows w[0..R) against TN tokens (x, x + ld, ...): out[r][t]. R * TN accumulators. */
+KI void tile(bool F, int R, int TN, const float *const *w, const float *x, int64_t ld, int64_t n,
+             float out[4][4])
+{
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = _mm256_loadu_ps(w[r] + i);
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++) {
+            __m256 xv = _mm256_loadu_ps(x + t * ld + i);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = MAC(F, wv[r], xv, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++)
+            out[r][t] = finish(acc[r][t], w[r], x + t * ld, i, n);
+}
+
+#define TILE(F, R, TN)                                                                             \
+    K static void tile##F##_##R##x##TN(const float *const *w, const float *x, int64_t ld,          \
+                                       int64_t n, float out[4][4])                                 \
+    {                                                                                              \
+        tile(F, R, TN, w, x, ld, n, out);                                                          \
+    }
+#define TILES(F)                                                                                   \
+    TILE(F, 1, 1)                                                                                  \
+    TILE(F, 2, 1)                                                                                  \
+    TILE(F, 3, 1)                                                                                  \
+    TILE(F, 4, 1)                                                                                  \
+    TILE(F, 1, 4)                                                                                  \
+    TILE(F, 2, 4)                                                                                  \
+    TILE(F, 3, 4)
+TILES(0)
+TILES(1)
+
+void td__cpu_tile(bool fused, int R, int TN, const float *const *w, const float *x, int64_t ld,
+                  int64_t n, float out[4][4])
+{
+    typedef void (*fn)(const float *const *, const float *, int64_t, int64_t, float[4][4]);
+    static const fn one[2][4] = {{tile0_1x1, tile0_2x1, tile0_3x1, tile0_4x1},
+                                 {tile1_1x1, tile1_2x1, tile1_3x1, tile1_4x1}};
+    static const fn four[2][3] = {{tile0_1x4, tile0_2x4, tile0_3x4},
+                                  {tile1_1x4, tile1_2x4, tile1_3x4}};
+    TD_ASSERT(R >= 1 && R <= (TN == 4 ? 3 : 4) && (TN == 1 || TN == 4));
+    (TN == 1 ? one[fused] : four[fused])[R - 1](w, x, ld, n, out);
+}
+
+/* ---------- one token, straight from the stored blocks (n a multiple of 32) ---------- */
+
+KI float lanes(__m256 acc)
+{
+    return finish(acc, NULL, NULL, 0, 0);
+}
+
+/* Prefetch the part of the next group of rows [pf, ...) that matches iteration it, `step` bytes per
+ * row per iteration: R rows read at R places at once are R streams, which the hardware prefetcher
+ * follows worse (measured here: R = 4 rows from memory ran at half the speed of one) than this
+ * one sequential stream a group ahead. */
+KI void prefetch_next(int R, int step, const char *pf, int64_t it)
+{
+#pragma GCC unroll 8
+    for (int p = 0; p < R * step; p += 64)
+        _mm_prefetch(pf + (size_t)it * R * step + p, _MM_HINT_T0);
+}
+
+KI void f16_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_t n, float *out,
+                 const char *pf)
+{
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 xv = _mm256_loadu_ps(x + i);
+        prefetch_next(R, 16, pf, i / 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r] = MAC(F, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[r] + 2 * i))), xv,
+                         acc[r]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        out[r] = lanes(acc[r]);
+}
+
+KI void q8_0_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_t n, float *out,
+                  const char *pf)
+{
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        prefetch_next(R, 34, pf, b);
+        __m256 xv[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            xv[k] = _mm256_loadu_ps(x + 8 * k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *blk = w[r] + b * 34;
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256 q = _mm256_cvtepi32_ps(
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * k))));
+                acc[r] = MAC(F, _mm256_mul_ps(d, q), xv[k], acc[r]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        out[r] = lanes(acc[r]);
+}
+
+#define ROWS(kind, F, R)                                                                           \
+    K static void kind##F##_##R(const uint8_t *const *w, const float *x, int64_t n, float *out,    \
+                                const char *pf)                                                    \
+    {                                                                                              \
+        kind##_rows(F, R, w, x, n, out, pf);                                                       \
+    }
+#define ROWS4(kind, F)                                                                             \
+    ROWS(kind, F, 1) ROWS(kind, F, 2) ROWS(kind, F, 3) ROWS(kind, F, 4)
+ROWS4(f16, 0)
+ROWS4(f16, 1)
+ROWS4(q8_0, 0)
+ROWS4(q8_0, 1)
+
+K static float dot_q4_0(const uint8_t *w, const float *x, int64_t n)
+{
+    const __m128i lo = _mm_set1_epi8(0xf);
+    const __m256 eight = _mm256_set1_ps(8.0f);
+    __m256 a = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 32; b++, w += 18, x += 32) {
+        uint16_t h;
+        memcpy(&h, w, 2);
+        __m256 d = _mm256_set1_ps(_cvtsh_ss(h));
+        __m128i q = _mm_loadu_si128((const __m128i *)(w + 2));
+        __m128i nib[2] = {_mm_and_si128(q, lo), _mm_and_si128(_mm_srli_epi16(q, 4), lo)};
+        for (int k = 0; k < 4; k++) { /* values 8k..8k+7: low nibbles, then the high ones */
+            __m128i src = k < 2 ? nib[0] : nib[1];
+            if (k & 1)
+                src = _mm_srli_si128(src, 8);
+            /* (q - 8) is exact in fp32, as is the int (q & 0xf) - 8 the row converter takes */
+            __m256 v = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(src)), eight);
+            a = _mm256_fmadd_ps(_mm256_mul_ps(v, d), _mm256_loadu_ps(x + 8 * k), a);
+        }
+    }
+    return lanes(a);
+}
+
+K static float dot_q4_k(const uint8_t *w, const float *x, int64_t n)
+{
+    __m256 a = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / 256; b++, w += 144) {
+        uint16_t hd, hm;
+        memcpy(&hd, w, 2);
+        memcpy(&hm, w + 2, 2);
+        float d = _cvtsh_ss(hd), dmin = _cvtsh_ss(hm);
+        const uint8_t *sc = w + 4, *q = w + 16;
+        for (int i = 0; i < 4; i++) {
+            for (int half = 0; half < 2; half++, x += 32) {
+                int s, m;
+                k4_scale_min(2 * i + half, sc, &s, &m);
+                __m256 dv = _mm256_set1_ps(d * (float)s), mv = _mm256_set1_ps(dmin * (float)m);
+                for (int k = 0; k < 4; k++) {
+                    __m128i raw = _mm_loadl_epi64((const __m128i *)(q + 32 * i + 8 * k));
+                    raw = half ? _mm_srli_epi16(raw, 4) : raw;
+                    raw = _mm_and_si128(raw, _mm_set1_epi8(0xf));
+                    __m256 qf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(raw));
+                    __m256 wv = _mm256_sub_ps(_mm256_mul_ps(dv, qf), mv);
+                    a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + 8 * k), a);
+                }
+            }
+        }
+    }
+    return lanes(a);
+}
+
+K static float dot_q6_k(const uint8_t *w, const float *x, int64_t n)
+{
+    __m256 a = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi32(0xf), m2 = _mm256_set1_epi32(3),
+                  k32 = _mm256_set1_epi32(32);
+    for (int64_t b = 0; b < n / 256; b++, w += 210) {
+        const uint8_t *ql = w, *qh = w + 128;
+        const int8_t *sc = (const int8_t *)(w + 192);
+        uint16_t hd;
+        memcpy(&hd, w + 208, 2);
+        float d = _cvtsh_ss(hd);
+        for (int hf = 0; hf < 2; hf++, ql += 64, qh += 32, sc += 8) {
+            for (int k = 0; k < 4; k++) { /* values 32k..32k+31 of this half, in order */
+                const uint8_t *lp = ql + 32 * (k % 2);
+                for (int g = 0; g < 2; g++) {
+                    __m256 sv = _mm256_set1_ps(d * (float)sc[g + 2 * k]);
+                    for (int e = 0; e < 2; e++, x += 8) {
+                        int l = 16 * g + 8 * e;
+                        __m256i lo =
+                            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(lp + l)));
+                        __m256i hi =
+                            _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
+                        lo = _mm256_and_si256(k < 2 ? lo : _mm256_srli_epi32(lo, 4), m4);
+                        hi = _mm256_and_si256(_mm256_srli_epi32(hi, 2 * k), m2);
+                        __m256i qi =
+                            _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), k32);
+                        __m256 wv = _mm256_mul_ps(sv, _mm256_cvtepi32_ps(qi));
+                        a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), a);
+                    }
+                }
+            }
+        }
+    }
+    return lanes(a);
+}
+
+bool td__cpu_dot_rows(const td_mat_t *W, int64_t r, int R, int64_t c0, int64_t n, const float *x,
+                      float *out)
+{
+    typedef void (*fn)(const uint8_t *const *, const float *, int64_t, float *, const char *);
+    static const fn f16[2][4] = {{f160_1, f160_2, f160_3, f160_4}, {f161_1, f161_2, f161_3, f161_4}},
+                    q8[2][4] = {{q8_00_1, q8_00_2, q8_00_3, q8_00_4},
+                                {q8_01_1, q8_01_2, q8_01_3, q8_01_4}};
+    const bool F = td__cpu_fused(W->dtype);
+    if (n % 32 || n % td_dtype_block(W->dtype))
+        return false;
+    size_t rb = td_dtype_row_bytes(W->dtype, W->cols), off = td_dtype_row_bytes(W->dtype, c0);
+    const uint8_t *rows[4];
+    TD_ASSERT(R >= 1 && R <= 4);
+    for (int i = 0; i < R; i++)
+        rows[i] = (const uint8_t *)W->data + (size_t)(r + i) * rb + off;
+    const char *next = (const char *)rows[0] + (size_t)R * rb; /* the next group's first row */
+    switch (W->dtype) {
+    case TD_DTYPE_F16:
+        f16[F][R - 1](rows, x, n, out, next);
+        return true;
+    case TD_DTYPE_Q8_0:
+        q8[F][R - 1](rows, x, n, out, next);
+        return true;
+    case TD_DTYPE_Q4_0:
+    case TD_DTYPE_Q4_K:
+    case TD_DTYPE_Q6_K:
+        if (!F)
+            return false;
+        for (int i = 0; i < R; i++)
+            out[i] = W->dtype == TD_DTYPE_Q4_0   ? dot_q4_0(rows[i], x, n)
+                     : W->dtype == TD_DTYPE_Q4_K ? dot_q4_k(rows[i], x, n)
+                                                 : dot_q6_k(rows[i], x, n);
+        return true;
+    default:
+        return false;
+    }
+}
+
+#else /* no x86-64-v3 kernels in this build */
+
+bool td__cpu_fma(void)
+{
+    return false;
+}
+
+bool td__cpu_fused(td_dtype_t t)
+{
+    (void)t;
+    return false;
+}
+
+int td__cpu_decode_rows(td_dtype_t t)
+{
+    (void)t;
+    return 1;
+}
+
+#endif
