@@ -11,17 +11,27 @@ enum {
     SCAN_BPE_MAX = 128,  /* words up to this many bytes merge by scanning, longer by heap */
 };
 
-static inline const struct td__merge_ent *merge_get(const td_tokenizer_t *tok, int32_t a, int32_t b)
+/* The entry of pair (a, b) probing from slot i, NULL when the pair does not merge. */
+static inline const struct td__merge_ent *merge_at(const td__mergemap_t *m, uint64_t key, size_t i)
 {
-    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    const td__mergemap_t *m = &tok->merges;
-    for (size_t i = td__merge_slot(key, m->mask);; i = (i + 1) & m->mask) {
+    for (;; i = (i + 1) & m->mask) {
         const struct td__merge_ent *e = &m->ents[i];
         if (e->key == key)
             return e;
         if (e->key == UINT64_MAX)
             return NULL;
     }
+}
+
+static inline uint64_t pair_key(int32_t a, int32_t b)
+{
+    return (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+}
+
+static inline const struct td__merge_ent *merge_get(const td_tokenizer_t *tok, int32_t a, int32_t b)
+{
+    uint64_t key = pair_key(a, b);
+    return merge_at(&tok->merges, key, td__merge_slot(key, tok->merges.mask));
 }
 
 static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym, int32_t i)
@@ -32,40 +42,62 @@ static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym
     return e ? e->rank : UINT32_MAX;
 }
 
-/* Look up the pair (sym[i], its next) and keep its rank and merged id on sym[i]. */
-static inline void pair_note(const td_tokenizer_t *tok, td__sym_t *sym, int32_t i)
+/* Scan mode keeps the live symbols packed at the front of three arrays (id, the rank of the
+ * pair it starts, the id that pair merges into): finding the lowest rank is a pass over
+ * contiguous memory, and a merge moves the tail down one place. */
+typedef struct scan {
+    int32_t id[SCAN_BPE_MAX];
+    uint32_t rank[SCAN_BPE_MAX]; /* UINT32_MAX: the pair does not merge (or no next symbol) */
+    int32_t mid[SCAN_BPE_MAX];
+} scan_t;
+
+/* Look up the pairs starting at positions lo..hi (each < n - 1) of sc: slots are computed and
+ * their lines prefetched first, so the cache misses of the probes overlap. */
+static inline void scan_note(const td__mergemap_t *m, scan_t *sc, size_t lo, size_t hi)
 {
-    const struct td__merge_ent *e =
-        sym[i].next < 0 ? NULL : merge_get(tok, sym[i].id, sym[sym[i].next].id);
-    sym[i].rank = e ? e->rank : UINT32_MAX;
-    sym[i].mid = e ? e->id : -1;
+    size_t slot[SCAN_BPE_MAX];
+    for (size_t i = lo; i <= hi; i++) {
+        slot[i] = td__merge_slot(pair_key(sc->id[i], sc->id[i + 1]), m->mask);
+        __builtin_prefetch(&m->ents[slot[i]]);
+    }
+    for (size_t i = lo; i <= hi; i++) {
+        const struct td__merge_ent *e = merge_at(m, pair_key(sc->id[i], sc->id[i + 1]), slot[i]);
+        sc->rank[i] = e ? e->rank : UINT32_MAX;
+        sc->mid[i] = e ? e->id : -1;
+    }
 }
 
-/* Merge sym[0..n) in place, lowest rank first, leftmost among equals (HF Word::merge_all). Each
- * merge looks up only the two pairs it changes: the merged id was kept with the rank. */
-static void bpe_merge_scan(const td_tokenizer_t *tok, td__sym_t *sym, size_t n)
+/* Merge sc's n symbols in place, lowest rank first, leftmost among equals (HF Word::merge_all);
+ * returns how many are left. Each merge looks up only the two pairs it changes: the merged id
+ * was kept with the rank. */
+static size_t bpe_merge_scan(const td_tokenizer_t *tok, scan_t *sc, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        pair_note(tok, sym, (int32_t)i);
+    const td__mergemap_t *m = &tok->merges;
+    if (n < 2)
+        return n;
+    scan_note(m, sc, 0, n - 2);
+    sc->rank[n - 1] = UINT32_MAX;
     for (;;) {
         uint32_t best = UINT32_MAX;
-        int32_t bi = -1;
-        for (int32_t i = 0; i >= 0; i = sym[i].next)
-            if (sym[i].rank < best) {
-                best = sym[i].rank;
+        size_t bi = 0;
+        for (size_t i = 0; i + 1 < n; i++)
+            if (sc->rank[i] < best) {
+                best = sc->rank[i];
                 bi = i;
             }
-        if (bi < 0)
-            return;
-        int32_t r = sym[bi].next;
-        sym[bi].id = sym[bi].mid;
-        sym[bi].next = sym[r].next;
-        if (sym[r].next >= 0)
-            sym[sym[r].next].prev = bi;
-        sym[r].id = -1;
-        pair_note(tok, sym, bi);
-        if (sym[bi].prev >= 0)
-            pair_note(tok, sym, sym[bi].prev);
+        if (best == UINT32_MAX)
+            return n;
+        sc->id[bi] = sc->mid[bi];
+        n--;
+        size_t tail = n - bi - 1; /* symbols after the one absorbed into bi */
+        memmove(&sc->id[bi + 1], &sc->id[bi + 2], tail * sizeof(int32_t));
+        memmove(&sc->rank[bi + 1], &sc->rank[bi + 2], tail * sizeof(uint32_t));
+        memmove(&sc->mid[bi + 1], &sc->mid[bi + 2], tail * sizeof(int32_t));
+        sc->rank[n - 1] = UINT32_MAX;
+        if (n < 2)
+            return n;
+        /* the pairs that changed: (bi - 1, bi) and (bi, bi + 1), where they exist */
+        scan_note(m, sc, bi ? bi - 1 : bi, bi + 1 < n ? bi : bi - 1);
     }
 }
 
@@ -132,6 +164,42 @@ static void bpe_merge_heap(const td_tokenizer_t *tok, td__sym_t *sym, size_t n, 
         if (nr != UINT32_MAX)
             heap_push(heap, &hn, (uint64_t)nr << 32 | (uint32_t)i);
     }
+}
+
+/* BPE a word longer than SCAN_BPE_MAX bytes by heap and append its ids. 0 or TD_ENOMEM. */
+static int bpe_long(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
+                    td_tokens_t *out)
+{
+    if (n > s->symcap) {
+        size_t cap = TD_MAX(n, 2 * s->symcap);
+        td__sym_t *ns = td_reallocarray(s->sym, cap, sizeof(td__sym_t));
+        if (!ns)
+            return TD_ENOMEM;
+        s->sym = ns;
+        uint64_t *nh = td_reallocarray(s->heap, 2 * cap, sizeof(uint64_t));
+        if (!nh)
+            return TD_ENOMEM;
+        s->heap = nh;
+        s->symcap = cap;
+    }
+    td__sym_t *sym = s->sym;
+    size_t ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = tok->byte_id[(uint8_t)w[i]];
+        if (id < 0)
+            id = tok->unk_id; /* HF drops a char it cannot map unless unk_token is set */
+        if (id < 0)
+            continue;
+        sym[ns] = (td__sym_t){.id = id, .prev = (int32_t)ns - 1, .next = (int32_t)ns + 1};
+        ns++;
+    }
+    if (!ns)
+        return 0;
+    sym[ns - 1].next = -1;
+    bpe_merge_heap(tok, sym, ns, s->heap);
+    for (int32_t i = 0; i >= 0; i = sym[i].next)
+        out->ids[out->len++] = sym[i].id;
+    return 0;
 }
 
 static const td__cache_ent_t *cache_find(struct td_scratch *s, const char *w, size_t n, uint64_t h)
@@ -203,38 +271,22 @@ int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w,
     if (whole >= 0) {
         out->ids[out->len++] = whole;
     } else {
-        if (n > s->symcap) {
-            size_t cap = TD_MAX(n, 2 * s->symcap);
-            td__sym_t *ns = td_reallocarray(s->sym, cap, sizeof(td__sym_t));
-            if (!ns)
-                return TD_ENOMEM;
-            s->sym = ns;
-            uint64_t *nh = td_reallocarray(s->heap, 2 * cap, sizeof(uint64_t));
-            if (!nh)
-                return TD_ENOMEM;
-            s->heap = nh;
-            s->symcap = cap;
+        if (n <= SCAN_BPE_MAX) {
+            scan_t sc;
+            size_t ns = 0;
+            for (size_t i = 0; i < n; i++) {
+                int32_t id = tok->byte_id[(uint8_t)w[i]];
+                if (id < 0)
+                    id = tok->unk_id; /* HF drops a char it cannot map unless unk_token is set */
+                if (id >= 0)
+                    sc.id[ns++] = id;
+            }
+            ns = bpe_merge_scan(tok, &sc, ns);
+            memcpy(out->ids + out->len, sc.id, ns * sizeof(int32_t));
+            out->len += ns;
+        } else if ((rc = bpe_long(tok, s, w, n, out))) {
+            return rc;
         }
-        td__sym_t *sym = s->sym;
-        size_t ns = 0;
-        for (size_t i = 0; i < n; i++) {
-            int32_t id = tok->byte_id[(uint8_t)w[i]];
-            if (id < 0)
-                id = tok->unk_id; /* HF drops a char it cannot map unless unk_token is set */
-            if (id < 0)
-                continue;
-            sym[ns] = (td__sym_t){.id = id, .prev = (int32_t)ns - 1, .next = (int32_t)ns + 1};
-            ns++;
-        }
-        if (!ns)
-            return 0;
-        sym[ns - 1].next = -1;
-        if (ns <= SCAN_BPE_MAX)
-            bpe_merge_scan(tok, sym, ns);
-        else
-            bpe_merge_heap(tok, sym, ns, s->heap);
-        for (int32_t i = 0; i >= 0; i = sym[i].next)
-            out->ids[out->len++] = sym[i].id;
     }
     if (n <= CACHE_MAX_WORD)
         cache_add(s, w, n, h, out->ids + start, out->len - start);
