@@ -11,44 +11,37 @@ enum {
     SCAN_BPE_MAX = 128,  /* words up to this many bytes merge by scanning, longer by heap */
 };
 
-/* The entry of pair (a, b) probing from slot i, NULL when the pair does not merge. */
-static inline const struct td__merge_ent *merge_at(const td__mergemap_t *m, uint64_t key, size_t i)
+/* The rank of `pair` (td__merge_pair) probing from slot i, UINT32_MAX when it does not merge. */
+static inline uint32_t merge_at(const td__mergemap_t *m, uint64_t pair, size_t i)
 {
     for (;; i = (i + 1) & m->mask) {
-        const struct td__merge_ent *e = &m->ents[i];
-        if (e->key == key)
-            return e;
-        if (e->key == UINT64_MAX)
-            return NULL;
+        uint64_t e = m->ents[i];
+        if ((e & ~(uint64_t)(TD__MERGE_RANKS - 1)) == pair)
+            return (uint32_t)(e & (TD__MERGE_RANKS - 1));
+        if (e == UINT64_MAX)
+            return UINT32_MAX;
     }
 }
 
-static inline uint64_t pair_key(int32_t a, int32_t b)
+static inline uint32_t merge_rank(const td_tokenizer_t *tok, int32_t a, int32_t b)
 {
-    return (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-}
-
-static inline const struct td__merge_ent *merge_get(const td_tokenizer_t *tok, int32_t a, int32_t b)
-{
-    uint64_t key = pair_key(a, b);
-    return merge_at(&tok->merges, key, td__merge_slot(key, tok->merges.mask));
+    uint64_t pair = td__merge_pair(a, b);
+    return merge_at(&tok->merges, pair, td__merge_slot(pair, tok->merges.mask));
 }
 
 static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym, int32_t i)
 {
     if (i < 0 || sym[i].next < 0)
         return UINT32_MAX;
-    const struct td__merge_ent *e = merge_get(tok, sym[i].id, sym[sym[i].next].id);
-    return e ? e->rank : UINT32_MAX;
+    return merge_rank(tok, sym[i].id, sym[sym[i].next].id);
 }
 
-/* Scan mode keeps the live symbols packed at the front of three arrays (id, the rank of the
- * pair it starts, the id that pair merges into): finding the lowest rank is a pass over
- * contiguous memory, and a merge moves the tail down one place. */
+/* Scan mode keeps the live symbols packed at the front of two arrays (id, the rank of the pair
+ * it starts): finding the lowest rank is a pass over contiguous memory, and a merge moves the
+ * tail down one place. */
 typedef struct scan {
     int32_t id[SCAN_BPE_MAX];
     uint32_t rank[SCAN_BPE_MAX]; /* UINT32_MAX: the pair does not merge (or no next symbol) */
-    int32_t mid[SCAN_BPE_MAX];
 } scan_t;
 
 /* Look up the pairs starting at positions lo..hi (each < n - 1) of sc: slots are computed and
@@ -57,19 +50,15 @@ static inline void scan_note(const td__mergemap_t *m, scan_t *sc, size_t lo, siz
 {
     size_t slot[SCAN_BPE_MAX];
     for (size_t i = lo; i <= hi; i++) {
-        slot[i] = td__merge_slot(pair_key(sc->id[i], sc->id[i + 1]), m->mask);
+        slot[i] = td__merge_slot(td__merge_pair(sc->id[i], sc->id[i + 1]), m->mask);
         __builtin_prefetch(&m->ents[slot[i]]);
     }
-    for (size_t i = lo; i <= hi; i++) {
-        const struct td__merge_ent *e = merge_at(m, pair_key(sc->id[i], sc->id[i + 1]), slot[i]);
-        sc->rank[i] = e ? e->rank : UINT32_MAX;
-        sc->mid[i] = e ? e->id : -1;
-    }
+    for (size_t i = lo; i <= hi; i++)
+        sc->rank[i] = merge_at(m, td__merge_pair(sc->id[i], sc->id[i + 1]), slot[i]);
 }
 
 /* Merge sc's n symbols in place, lowest rank first, leftmost among equals (HF Word::merge_all);
- * returns how many are left. Each merge looks up only the two pairs it changes: the merged id
- * was kept with the rank. */
+ * returns how many are left. Each merge looks up only the two pairs it changes. */
 static size_t bpe_merge_scan(const td_tokenizer_t *tok, scan_t *sc, size_t n)
 {
     const td__mergemap_t *m = &tok->merges;
@@ -87,12 +76,11 @@ static size_t bpe_merge_scan(const td_tokenizer_t *tok, scan_t *sc, size_t n)
             }
         if (best == UINT32_MAX)
             return n;
-        sc->id[bi] = sc->mid[bi];
+        sc->id[bi] = m->ids[best];
         n--;
         size_t tail = n - bi - 1; /* symbols after the one absorbed into bi */
         memmove(&sc->id[bi + 1], &sc->id[bi + 2], tail * sizeof(int32_t));
         memmove(&sc->rank[bi + 1], &sc->rank[bi + 2], tail * sizeof(uint32_t));
-        memmove(&sc->mid[bi + 1], &sc->mid[bi + 2], tail * sizeof(int32_t));
         sc->rank[n - 1] = UINT32_MAX;
         if (n < 2)
             return n;
@@ -150,7 +138,7 @@ static void bpe_merge_heap(const td_tokenizer_t *tok, td__sym_t *sym, size_t n, 
         if (sym[i].id < 0 || sym[i].next < 0 || pair_rank(tok, sym, i) != rank)
             continue; /* stale entry */
         int32_t r = sym[i].next;
-        sym[i].id = merge_get(tok, sym[i].id, sym[r].id)->id;
+        sym[i].id = tok->merges.ids[rank];
         sym[i].next = sym[r].next;
         if (sym[r].next >= 0)
             sym[sym[r].next].prev = i;

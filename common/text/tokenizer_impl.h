@@ -66,21 +66,36 @@ typedef struct td__strmap {
     size_t n;    /* entries in use */
 } td__strmap_t;
 
-/* Merge table: (left id, right id) -> (rank, merged id). */
+/* Merge table: (left id, right id) -> rank, one 64-bit word per slot (left << 43 | right << 22 |
+ * rank; UINT64_MAX = empty), so a probe touches 8 bytes and a cache line holds 8 slots; the id a
+ * merge produces is looked up by rank in `ids` only when the merge is done. The loader refuses
+ * ids above TD__MERGE_ID_MAX and more than TD__MERGE_RANKS merges (real vocabularies are far
+ * below: 262,144 ids is 18 bits). */
 typedef struct td__mergemap {
-    struct td__merge_ent {
-        uint64_t key; /* left << 32 | right; UINT64_MAX = empty */
-        uint32_t rank;
-        int32_t id;
-    } * ents;    /* [mask+1] */
-    size_t mask; /* capacity - 1 */
+    uint64_t *ents; /* [mask+1] */
+    int32_t *ids;   /* [n_ranks]: the id of merge rank r (tokenizer.json "merges"[r]) */
+    size_t mask;    /* capacity - 1 */
     size_t n;
 } td__mergemap_t;
 
-/* The first slot to probe for the pair key `left << 32 | right`. */
-static inline size_t td__merge_slot(uint64_t key, size_t mask)
+enum {
+    TD__MERGE_RANK_BITS = 22,
+    TD__MERGE_ID_BITS = 21,
+    TD__MERGE_RANKS = 1 << TD__MERGE_RANK_BITS,
+    TD__MERGE_ID_MAX = (1 << TD__MERGE_ID_BITS) - 2, /* all ones is the empty slot's */
+};
+
+/* The pair part of a slot word: left << 43 | right << 22 (ids at most TD__MERGE_ID_MAX). */
+static inline uint64_t td__merge_pair(int32_t left, int32_t right)
 {
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+    return (uint64_t)(uint32_t)left << (TD__MERGE_ID_BITS + TD__MERGE_RANK_BITS) |
+           (uint64_t)(uint32_t)right << TD__MERGE_RANK_BITS;
+}
+
+/* The first slot to probe for a pair (td__merge_pair). */
+static inline size_t td__merge_slot(uint64_t pair, size_t mask)
+{
+    return (size_t)(((pair >> TD__MERGE_RANK_BITS) * 0x9E3779B97F4A7C15ull) >> 20) & mask;
 }
 
 /* Per id: what decode writes and where the token text is. */

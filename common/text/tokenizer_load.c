@@ -259,6 +259,7 @@ void td_tokenizer_free(td_tokenizer_t *tok)
     free(tok->trie_norm.nodes);
     free(tok->vocab.ents);
     free(tok->merges.ents);
+    free(tok->merges.ids);
     free(tok->ids);
     free(tok->arena);
     free(tok->name);
