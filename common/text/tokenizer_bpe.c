@@ -7,8 +7,7 @@
 #include <string.h>
 
 enum {
-    CACHE_MAX_WORD = 64, /* longer words are not cached */
-    SCAN_BPE_MAX = 128,  /* words up to this many bytes merge by scanning, longer by heap */
+    CACHE_MAX_WORD = 64, /* longer words are not cached (below TD__SCAN_MAX) */
 };
 
 /* The rank of `pair` (td__merge_pair) probing from slot i, UINT32_MAX when it does not merge. */
@@ -36,56 +35,91 @@ static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym
     return merge_rank(tok, sym[i].id, sym[sym[i].next].id);
 }
 
-/* Scan mode keeps the live symbols packed at the front of two arrays (id, the rank of the pair
- * it starts): finding the lowest rank is a pass over contiguous memory, and a merge moves the
- * tail down one place. */
-typedef struct scan {
-    int32_t id[SCAN_BPE_MAX];
-    uint32_t rank[SCAN_BPE_MAX]; /* UINT32_MAX: the pair does not merge (or no next symbol) */
-} scan_t;
+/* A batch merges up to TD__BPE_BATCH words in rounds: each round every unfinished word picks its
+ * lowest-rank pair (leftmost among equals, HF Word::merge_all), merges it, and starts the lookups
+ * of the two pairs that changed; then all those lookups are finished. The symbols of a word stay
+ * packed (a merge moves the tail down one place), so picking is a pass over contiguous memory,
+ * and the probes of different words, all cache misses on a large table, overlap. */
 
-/* Look up the pairs starting at positions lo..hi (each < n - 1) of sc: slots are computed and
- * their lines prefetched first, so the cache misses of the probes overlap. */
-static inline void scan_note(const td__mergemap_t *m, scan_t *sc, size_t lo, size_t hi)
+/* Compute the slots of pairs lo..hi of sc and prefetch them. */
+static inline void probe_start(const td__mergemap_t *m, td__scan_t *sc, uint32_t lo, uint32_t hi)
 {
-    size_t slot[SCAN_BPE_MAX];
-    for (size_t i = lo; i <= hi; i++) {
-        slot[i] = td__merge_slot(td__merge_pair(sc->id[i], sc->id[i + 1]), m->mask);
-        __builtin_prefetch(&m->ents[slot[i]]);
+    sc->lo = lo;
+    sc->hi = hi;
+    for (uint32_t i = lo; i <= hi; i++) {
+        sc->slot[i] = (uint32_t)td__merge_slot(td__merge_pair(sc->id[i], sc->id[i + 1]), m->mask);
+        __builtin_prefetch(&m->ents[sc->slot[i]]);
     }
-    for (size_t i = lo; i <= hi; i++)
-        sc->rank[i] = merge_at(m, td__merge_pair(sc->id[i], sc->id[i + 1]), slot[i]);
 }
 
-/* Merge sc's n symbols in place, lowest rank first, leftmost among equals (HF Word::merge_all);
- * returns how many are left. Each merge looks up only the two pairs it changes. */
-static size_t bpe_merge_scan(const td_tokenizer_t *tok, scan_t *sc, size_t n)
+static inline void probe_finish(const td__mergemap_t *m, td__scan_t *sc)
+{
+    for (uint32_t i = sc->lo; i <= sc->hi; i++)
+        sc->rank[i] = merge_at(m, td__merge_pair(sc->id[i], sc->id[i + 1]), sc->slot[i]);
+    sc->lo = 1;
+    sc->hi = 0;
+}
+
+/* Pick sc's lowest-rank pair (sc->best, sc->at) and prefetch the id it merges into. */
+static inline void pick(const td__mergemap_t *m, td__scan_t *sc)
+{
+    uint32_t best = UINT32_MAX, at = 0;
+    for (uint32_t i = 0; i + 1 < sc->n; i++)
+        if (sc->rank[i] < best) {
+            best = sc->rank[i];
+            at = i;
+        }
+    sc->best = best;
+    sc->at = at;
+    if (best != UINT32_MAX && !m->by_offset)
+        __builtin_prefetch(&m->ids[best]);
+}
+
+/* Do the merge pick chose and start the lookups of the pairs it changed. */
+static inline void merge_picked(const td__mergemap_t *m, td__scan_t *sc)
+{
+    uint32_t bi = sc->at;
+    sc->id[bi] = td__merge_id(m, sc->best);
+    uint32_t n = --sc->n;
+    uint32_t tail = n - bi - 1; /* symbols after the one absorbed into bi */
+    memmove(&sc->id[bi + 1], &sc->id[bi + 2], tail * sizeof(int32_t));
+    memmove(&sc->rank[bi + 1], &sc->rank[bi + 2], tail * sizeof(uint32_t));
+    sc->rank[n - 1] = UINT32_MAX;
+    if (n >= 2) /* the pairs (bi - 1, bi) and (bi, bi + 1), where they exist */
+        probe_start(m, sc, bi ? bi - 1 : bi, bi + 1 < n ? bi : bi - 1);
+}
+
+/* Merge the symbols of the words sc[which[0..nw)] (each holds its byte ids in id[0..n)) to the
+ * end. */
+static void bpe_merge_batch(const td_tokenizer_t *tok, td__scan_t *sc, const size_t *which,
+                            size_t nw)
 {
     const td__mergemap_t *m = &tok->merges;
-    if (n < 2)
-        return n;
-    scan_note(m, sc, 0, n - 2);
-    sc->rank[n - 1] = UINT32_MAX;
-    for (;;) {
-        uint32_t best = UINT32_MAX;
-        size_t bi = 0;
-        for (size_t i = 0; i + 1 < n; i++)
-            if (sc->rank[i] < best) {
-                best = sc->rank[i];
-                bi = i;
+    size_t act[TD__BPE_BATCH], na = 0; /* the words still merging */
+    for (size_t w = 0; w < nw; w++) {
+        size_t k = which[w];
+        sc[k].lo = 1;
+        sc[k].hi = 0;
+        if (sc[k].n >= 2) {
+            sc[k].rank[sc[k].n - 1] = UINT32_MAX;
+            probe_start(m, &sc[k], 0, sc[k].n - 2);
+            act[na++] = k;
+        }
+    }
+    for (size_t i = 0; i < na; i++)
+        probe_finish(m, &sc[act[i]]);
+    while (na) {
+        for (size_t i = 0; i < na; i++)
+            pick(m, &sc[act[i]]);
+        size_t j = 0;
+        for (size_t i = 0; i < na; i++)
+            if (sc[act[i]].best != UINT32_MAX) {
+                merge_picked(m, &sc[act[i]]);
+                act[j++] = act[i];
             }
-        if (best == UINT32_MAX)
-            return n;
-        sc->id[bi] = m->ids[best];
-        n--;
-        size_t tail = n - bi - 1; /* symbols after the one absorbed into bi */
-        memmove(&sc->id[bi + 1], &sc->id[bi + 2], tail * sizeof(int32_t));
-        memmove(&sc->rank[bi + 1], &sc->rank[bi + 2], tail * sizeof(uint32_t));
-        sc->rank[n - 1] = UINT32_MAX;
-        if (n < 2)
-            return n;
-        /* the pairs that changed: (bi - 1, bi) and (bi, bi + 1), where they exist */
-        scan_note(m, sc, bi ? bi - 1 : bi, bi + 1 < n ? bi : bi - 1);
+        na = j;
+        for (size_t i = 0; i < na; i++)
+            probe_finish(m, &sc[act[i]]);
     }
 }
 
@@ -138,7 +172,7 @@ static void bpe_merge_heap(const td_tokenizer_t *tok, td__sym_t *sym, size_t n, 
         if (sym[i].id < 0 || sym[i].next < 0 || pair_rank(tok, sym, i) != rank)
             continue; /* stale entry */
         int32_t r = sym[i].next;
-        sym[i].id = tok->merges.ids[rank];
+        sym[i].id = td__merge_id(&tok->merges, rank);
         sym[i].next = sym[r].next;
         if (sym[r].next >= 0)
             sym[sym[r].next].prev = i;
@@ -154,7 +188,7 @@ static void bpe_merge_heap(const td_tokenizer_t *tok, td__sym_t *sym, size_t n, 
     }
 }
 
-/* BPE a word longer than SCAN_BPE_MAX bytes by heap and append its ids. 0 or TD_ENOMEM. */
+/* BPE a word longer than TD__SCAN_MAX bytes by heap and append its ids. 0 or TD_ENOMEM. */
 static int bpe_long(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
                     td_tokens_t *out)
 {
@@ -224,15 +258,93 @@ static void cache_add(struct td_scratch *s, const char *w, size_t n, uint64_t h,
     s->cache_n++;
 }
 
-/* BPE one word (raw bytes) and append its ids. */
+int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *out)
+{
+    size_t nq = s->nq;
+    if (!nq)
+        return 0;
+    s->nq = 0;
+    size_t total = 0;
+    for (size_t k = 0; k < nq; k++)
+        total += s->qlen[k];
+    int rc = td__tokens_reserve(out, total);
+    if (rc) {
+        td_buf_reset(&s->qtext);
+        return rc;
+    }
+    const char *base = s->qtext.data;
+    uint64_t h[TD__BPE_BATCH];
+    bool hit[TD__BPE_BATCH];
+    size_t which[TD__BPE_BATCH], nw = 0;
+    for (size_t k = 0; k < nq; k++)
+        if (s->qlen[k] <= CACHE_MAX_WORD) {
+            h[k] = td__hash(base + s->qoff[k], s->qlen[k]);
+            __builtin_prefetch(&s->cache[h[k] & (TD__CACHE_SLOTS - 1)]);
+        }
+    /* a hit's ids are copied now: a cache_add below may empty the cache */
+    for (size_t k = 0; k < nq; k++) {
+        const char *w = base + s->qoff[k];
+        size_t n = s->qlen[k];
+        td__scan_t *sc = &s->qscan[k];
+        const td__cache_ent_t *e = n <= CACHE_MAX_WORD ? cache_find(s, w, n, h[k]) : NULL;
+        hit[k] = e != NULL;
+        if (e) {
+            memcpy(sc->id, s->cache_ids + e->ioff, e->nids * sizeof(int32_t));
+            sc->n = e->nids;
+            continue;
+        }
+        uint32_t ns = 0;
+        for (size_t i = 0; i < n; i++) {
+            int32_t id = tok->byte_id[(uint8_t)w[i]];
+            if (id < 0)
+                id = tok->unk_id; /* HF drops a char it cannot map unless unk_token is set */
+            if (id >= 0)
+                sc->id[ns++] = id;
+        }
+        sc->n = ns;
+        which[nw++] = k;
+    }
+    bpe_merge_batch(tok, s->qscan, which, nw);
+    for (size_t k = 0; k < nq; k++) {
+        const td__scan_t *sc = &s->qscan[k];
+        memcpy(out->ids + out->len, sc->id, sc->n * sizeof(int32_t));
+        out->len += sc->n;
+        if (!hit[k] && s->qlen[k] <= CACHE_MAX_WORD)
+            cache_add(s, base + s->qoff[k], s->qlen[k], h[k], sc->id, sc->n);
+    }
+    td_buf_reset(&s->qtext);
+    return 0;
+}
+
+/* Queue a word of at most TD__SCAN_MAX bytes for the next batch; a full batch is merged. */
+static int bpe_queue(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
+                     td_tokens_t *out)
+{
+    size_t off = s->qtext.len;
+    int rc = td_buf_append(&s->qtext, w, n);
+    if (rc)
+        return rc;
+    s->qoff[s->nq] = (uint32_t)off;
+    s->qlen[s->nq] = (uint32_t)n;
+    if (++s->nq == TD__BPE_BATCH)
+        return td__bpe_flush(tok, s, out);
+    return 0;
+}
+
+/* BPE one word (raw bytes) and append its ids, or queue it (td__bpe_flush appends them). */
 int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
                  td_tokens_t *out)
 {
     if (!n)
         return 0;
-    int rc = td__tokens_reserve(out, n);
-    if (rc)
+    if (n <= TD__SCAN_MAX && !tok->ignore_merges)
+        return bpe_queue(tok, s, w, n, out);
+    int rc = td__bpe_flush(tok, s, out);
+    if (rc || (rc = td__tokens_reserve(out, n)))
         return rc;
+    if (n > TD__SCAN_MAX) /* longer than any cached word */
+        return bpe_long(tok, s, w, n, out);
+    /* ignore_merges: a word that is a token is that token */
     uint64_t h = 0;
     if (n <= CACHE_MAX_WORD) {
         h = td__hash(w, n);
@@ -243,40 +355,22 @@ int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w,
             return 0;
         }
     }
-    size_t start = out->len;
-    int32_t whole = -1;
-    if (tok->ignore_merges) {
-        td_buf_reset(&s->map);
-        if ((rc = td_buf_reserve(&s->map, 2 * n)))
-            return rc;
-        for (size_t i = 0; i < n; i++) {
-            uint8_t b = (uint8_t)w[i];
-            memcpy(s->map.data + s->map.len, tok->byte_char[b], tok->byte_char_len[b]);
-            s->map.len += tok->byte_char_len[b];
-        }
-        whole = td__strmap_get(tok, &tok->vocab, s->map.data, s->map.len);
+    td_buf_reset(&s->map);
+    if ((rc = td_buf_reserve(&s->map, 2 * n)))
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t b = (uint8_t)w[i];
+        memcpy(s->map.data + s->map.len, tok->byte_char[b], tok->byte_char_len[b]);
+        s->map.len += tok->byte_char_len[b];
     }
-    if (whole >= 0) {
-        out->ids[out->len++] = whole;
-    } else {
-        if (n <= SCAN_BPE_MAX) {
-            scan_t sc;
-            size_t ns = 0;
-            for (size_t i = 0; i < n; i++) {
-                int32_t id = tok->byte_id[(uint8_t)w[i]];
-                if (id < 0)
-                    id = tok->unk_id; /* HF drops a char it cannot map unless unk_token is set */
-                if (id >= 0)
-                    sc.id[ns++] = id;
-            }
-            ns = bpe_merge_scan(tok, &sc, ns);
-            memcpy(out->ids + out->len, sc.id, ns * sizeof(int32_t));
-            out->len += ns;
-        } else if ((rc = bpe_long(tok, s, w, n, out))) {
+    int32_t whole = td__strmap_get(tok, &tok->vocab, s->map.data, s->map.len);
+    if (whole < 0) {
+        if ((rc = bpe_queue(tok, s, w, n, out)))
             return rc;
-        }
+        return td__bpe_flush(tok, s, out);
     }
+    out->ids[out->len++] = whole;
     if (n <= CACHE_MAX_WORD)
-        cache_add(s, w, n, h, out->ids + start, out->len - start);
+        cache_add(s, w, n, h, &whole, 1);
     return 0;
 }

@@ -76,6 +76,10 @@ typedef struct td__mergemap {
     int32_t *ids;   /* [n_ranks]: the id of merge rank r (tokenizer.json "merges"[r]) */
     size_t mask;    /* capacity - 1 */
     size_t n;
+    /* true when ids[r] == r + id_offset for every rank (vocabularies laid out in merge order,
+     * as DeepSeek's, Qwen's and OpenAI's are): the id is then computed, not read */
+    bool by_offset;
+    int32_t id_offset;
 } td__mergemap_t;
 
 enum {
@@ -90,6 +94,12 @@ static inline uint64_t td__merge_pair(int32_t left, int32_t right)
 {
     return (uint64_t)(uint32_t)left << (TD__MERGE_ID_BITS + TD__MERGE_RANK_BITS) |
            (uint64_t)(uint32_t)right << TD__MERGE_RANK_BITS;
+}
+
+/* The id merge `rank` produces. */
+static inline int32_t td__merge_id(const td__mergemap_t *m, uint32_t rank)
+{
+    return m->by_offset ? (int32_t)rank + m->id_offset : m->ids[rank];
 }
 
 /* The first slot to probe for a pair (td__merge_pair). */
@@ -179,12 +189,27 @@ typedef struct cache_ent {
     uint16_t tlen, nids;
 } td__cache_ent_t;
 
+/* Words up to this many bytes are merged in batches by scanning (tokenizer_bpe.c), longer ones
+ * one at a time by heap. */
+enum { TD__SCAN_MAX = 128, TD__BPE_BATCH = 8 };
+
+/* One word of a batch being merged: the live symbols packed at the front of `id`, each with the
+ * rank of the pair it starts; `slot` holds the probe slots of pairs being looked up. */
+typedef struct td__scan {
+    int32_t id[TD__SCAN_MAX];
+    uint32_t rank[TD__SCAN_MAX]; /* UINT32_MAX: the pair does not merge (or no next symbol) */
+    uint32_t slot[TD__SCAN_MAX];
+    uint32_t n;      /* live symbols */
+    uint32_t lo, hi; /* pairs lo..hi are being looked up; lo > hi: none */
+    uint32_t best;   /* rank of the merge chosen this round, UINT32_MAX: the word is done */
+    uint32_t at;     /* its position */
+} td__scan_t;
+
+/* A symbol of a long word (heap mode). */
 typedef struct sym {
     int32_t id;    /* token id of this symbol, -1 once merged into its left neighbour */
     int32_t prev;  /* index of the previous live symbol, -1 none */
     int32_t next;  /* index of the next live symbol, -1 none */
-    uint32_t rank; /* scan mode: rank of the pair (this, next), UINT32_MAX none */
-    int32_t mid;   /* scan mode: the id that pair merges into (valid when rank is) */
 } td__sym_t;
 
 /* Per-call encode state, pooled on the tokenizer (scratch_get / scratch_put in tokenizer.c): one
@@ -207,6 +232,13 @@ struct td_scratch {
     size_t cache_text_len;
     int32_t *cache_ids; /* [TD__CACHE_IDS] */
     size_t cache_ids_len;
+    /* words waiting to be merged together (td__bpe_word queues, td__bpe_flush runs them), so the
+     * cache misses of their merge-table probes overlap */
+    td_buf_t qtext;                   /* their bytes */
+    uint32_t qoff[TD__BPE_BATCH];     /* word k is qtext[qoff[k], qoff[k] + qlen[k]) */
+    uint32_t qlen[TD__BPE_BATCH];
+    size_t nq;
+    td__scan_t qscan[TD__BPE_BATCH];
 };
 
 /* The code point at p[0] (n bytes left), its length in *len; U+FFFD with length 1 on an invalid
@@ -234,9 +266,12 @@ void td__scratch_free(struct td_scratch *s);
 /* Make room for `extra` more ids in t. 0 or TD_ENOMEM (t unchanged). */
 int td__tokens_reserve(td_tokens_t *t, size_t extra);
 /* Stage 4: BPE one word of raw bytes [w, w+n) and append its ids to out (through the word cache
- * in s). 0 or TD_ENOMEM. */
+ * in s). Short words may wait in s for td__bpe_flush, which whoever appends other ids to out, and
+ * encode at its end, calls first. 0 or TD_ENOMEM. */
 int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
                  td_tokens_t *out);
+/* Merge the words waiting in s and append their ids to out, in order. 0 or TD_ENOMEM. */
+int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *out);
 /* Stage 3: run pre-tokenizer steps `step`.. over [p, p+n), then BPE each word, appending ids to
  * out. 0, TD_ENOMEM, or TD_EINTERNAL when PCRE2 fails (message set). */
 int td__pretok_run(const td_tokenizer_t *tok, struct td_scratch *s, size_t step, const char *p,

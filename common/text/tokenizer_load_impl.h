@@ -45,6 +45,8 @@ int td__mergemap_init(td__mergemap_t *m, size_t want);
 /* Insert pair (left, right) of merge `rank` producing `id`, or overwrite it: later duplicates
  * win, as in HF. left and right at most TD__MERGE_ID_MAX, rank below the `want` of init. */
 void td__mergemap_put(td__mergemap_t *m, int32_t left, int32_t right, uint32_t rank, int32_t id);
+/* After the `nranks` puts: note whether ids follow ranks at a fixed offset (by_offset). */
+void td__mergemap_done(td__mergemap_t *m, size_t nranks);
 /* Fill tok->byte_char / byte_char_len with GPT-2's bytes_to_unicode. */
 void td__byte_level_init(td_tokenizer_t *tok);
 /* The byte whose byte-level char is cp, -1 when cp is not a byte-level char. Thread-safe. */

@@ -205,6 +205,7 @@ int td__parse_model(td__ld_t *L, json_object *m)
     td_buf_free(&cat);
     if (rc)
         return rc;
+    td__mergemap_done(&tok->merges, nm);
 
     tok->unk_id = -1;
     json_object *unk = td__tok_jget(m, "unk_token");

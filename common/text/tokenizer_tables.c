@@ -157,3 +157,11 @@ int td__byte_of_char(uint32_t cp)
     }
     return cp < 324 ? inv[cp] : -1;
 }
+
+void td__mergemap_done(td__mergemap_t *m, size_t nranks)
+{
+    m->by_offset = nranks > 0;
+    m->id_offset = nranks ? m->ids[0] : 0;
+    for (size_t r = 0; r < nranks && m->by_offset; r++)
+        m->by_offset = (int64_t)m->ids[r] == (int64_t)r + m->id_offset;
+}
