@@ -258,6 +258,70 @@ static void cache_add(struct td_scratch *s, const char *w, size_t n, uint64_t h,
     s->cache_n++;
 }
 
+/* The byte ids of w[0..n) into sc (unmappable bytes become unk_token, or are dropped). */
+static void scan_fill(const td_tokenizer_t *tok, td__scan_t *sc, const char *w, size_t n)
+{
+    uint32_t ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = tok->byte_id[(uint8_t)w[i]];
+        if (id < 0)
+            id = tok->unk_id; /* HF drops a char it cannot map unless unk_token is set */
+        if (id >= 0)
+            sc->id[ns++] = id;
+    }
+    sc->n = ns;
+}
+
+int td__bpe_self_init(td_tokenizer_t *tok)
+{
+    if (tok->ignore_merges)
+        return 0;
+    tok->bpe_self = td_calloc(tok->nids / 64 + 1, sizeof(uint64_t));
+    td__scan_t *sc = td_calloc(TD__BPE_BATCH, sizeof(td__scan_t));
+    if (!tok->bpe_self || !sc) {
+        free(sc);
+        return TD_ENOMEM;
+    }
+    size_t which[TD__BPE_BATCH];
+    int32_t who[TD__BPE_BATCH];
+    size_t nw = 0;
+    for (size_t id = 0; id <= tok->nids; id++) {
+        if (nw == TD__BPE_BATCH || (id == tok->nids && nw)) {
+            bpe_merge_batch(tok, sc, which, nw);
+            for (size_t k = 0; k < nw; k++)
+                if (sc[k].n == 1 && sc[k].id[0] == who[k])
+                    tok->bpe_self[who[k] / 64] |= 1ull << (who[k] % 64);
+            nw = 0;
+        }
+        if (id == tok->nids)
+            break;
+        const td__idinfo_t *ii = &tok->ids[id];
+        /* model tokens whose every char is a byte-level char (their decoded bytes are a copy) */
+        if (ii->tok_len == UINT32_MAX || ii->dec_off == ii->tok_off || !ii->dec_len ||
+            ii->dec_len > TD__SCAN_MAX)
+            continue;
+        scan_fill(tok, &sc[nw], tok->arena + ii->dec_off, ii->dec_len);
+        which[nw] = nw;
+        who[nw++] = (int32_t)id;
+    }
+    free(sc);
+    return 0;
+}
+
+/* The token word w[0..n) is when BPE of it is that one token (tok->bpe_self), else -1. */
+static int32_t self_token(const td_tokenizer_t *tok, const char *w, size_t n)
+{
+    char m[3 * TD__SCAN_MAX]; /* byte_char: at most 3 bytes a byte */
+    size_t ml = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t b = (uint8_t)w[i];
+        memcpy(m + ml, tok->byte_char[b], tok->byte_char_len[b]);
+        ml += tok->byte_char_len[b];
+    }
+    int32_t id = td__strmap_get(tok, &tok->vocab, m, ml);
+    return id >= 0 && (tok->bpe_self[id / 64] >> (id % 64) & 1) ? id : -1;
+}
+
 int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *out)
 {
     size_t nq = s->nq;
@@ -293,15 +357,14 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
             sc->n = e->nids;
             continue;
         }
-        uint32_t ns = 0;
-        for (size_t i = 0; i < n; i++) {
-            int32_t id = tok->byte_id[(uint8_t)w[i]];
-            if (id < 0)
-                id = tok->unk_id; /* HF drops a char it cannot map unless unk_token is set */
-            if (id >= 0)
-                sc->id[ns++] = id;
+        int32_t self = tok->bpe_self ? self_token(tok, w, n) : -1;
+        if (self >= 0) { /* found without merging: not worth a cache entry */
+            hit[k] = true;
+            sc->id[0] = self;
+            sc->n = 1;
+            continue;
         }
-        sc->n = ns;
+        scan_fill(tok, sc, w, n);
         which[nw++] = k;
     }
     bpe_merge_batch(tok, s->qscan, which, nw);

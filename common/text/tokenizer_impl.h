@@ -130,6 +130,8 @@ struct td_tokenizer {
 
     td__strmap_t vocab; /* model vocab: token text -> id */
     td__mergemap_t merges;
+    uint64_t *bpe_self; /* bitset over ids: BPE of the token's own bytes is that one token, so a
+                           word that is such a token needs no merging; NULL with ignore_merges */
     int32_t byte_id[256];   /* model id of the byte-level char of each byte, -1 none */
     char byte_char[256][3]; /* byte-level char of each byte, UTF-8 */
     uint8_t byte_char_len[256];
@@ -270,6 +272,8 @@ int td__tokens_reserve(td_tokens_t *t, size_t extra);
  * encode at its end, calls first. 0 or TD_ENOMEM. */
 int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
                  td_tokens_t *out);
+/* Fill tok->bpe_self (after the model is loaded), unless tok->ignore_merges. 0 or TD_ENOMEM. */
+int td__bpe_self_init(td_tokenizer_t *tok);
 /* Merge the words waiting in s and append their ids to out, in order. 0 or TD_ENOMEM. */
 int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *out);
 /* Stage 3: run pre-tokenizer steps `step`.. over [p, p+n), then BPE each word, appending ids to
