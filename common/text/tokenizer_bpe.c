@@ -308,18 +308,28 @@ int td__bpe_self_init(td_tokenizer_t *tok)
     return 0;
 }
 
-/* The token word w[0..n) is when BPE of it is that one token (tok->bpe_self), else -1. */
-static int32_t self_token(const td_tokenizer_t *tok, const char *w, size_t n)
+/* The byte-level string of w[0..n) into m (room for 3 n bytes); its length. */
+static size_t byte_level(const td_tokenizer_t *tok, const char *w, size_t n, char *m)
 {
-    char m[3 * TD__SCAN_MAX]; /* byte_char: at most 3 bytes a byte */
     size_t ml = 0;
     for (size_t i = 0; i < n; i++) {
         uint8_t b = (uint8_t)w[i];
         memcpy(m + ml, tok->byte_char[b], tok->byte_char_len[b]);
         ml += tok->byte_char_len[b];
     }
-    int32_t id = td__strmap_get(tok, &tok->vocab, m, ml);
-    return id >= 0 && (tok->bpe_self[id / 64] >> (id % 64) & 1) ? id : -1;
+    return ml;
+}
+
+/* The vocabulary entry whose hash and length are h and n, NULL none (the bytes still to compare). */
+static const struct td__strmap_ent *vocab_slot(const td__strmap_t *m, uint64_t h, size_t n)
+{
+    for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
+        const struct td__strmap_ent *e = &m->ents[i];
+        if (!e->hash)
+            return NULL;
+        if (e->hash == h && e->len == n)
+            return e;
+    }
 }
 
 int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *out)
@@ -337,14 +347,27 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
         return rc;
     }
     const char *base = s->qtext.data;
-    uint64_t h[TD__BPE_BATCH];
+    uint64_t h[TD__BPE_BATCH], vh[TD__BPE_BATCH];
     bool hit[TD__BPE_BATCH];
+    char vm[TD__BPE_BATCH][3 * TD__SCAN_MAX]; /* byte-level strings (byte_char: <= 3 bytes) */
+    size_t vn[TD__BPE_BATCH];
+    const struct td__strmap_ent *ve[TD__BPE_BATCH];
     size_t which[TD__BPE_BATCH], nw = 0;
-    for (size_t k = 0; k < nq; k++)
-        if (s->qlen[k] <= CACHE_MAX_WORD) {
-            h[k] = td__hash(base + s->qoff[k], s->qlen[k]);
+    /* three passes, each starting the cache misses the next one needs: the word cache's and the
+     * vocabulary's slots, then the vocabulary's bytes */
+    for (size_t k = 0; k < nq; k++) {
+        const char *w = base + s->qoff[k];
+        size_t n = s->qlen[k];
+        if (n <= CACHE_MAX_WORD) {
+            h[k] = td__hash(w, n);
             __builtin_prefetch(&s->cache[h[k] & (TD__CACHE_SLOTS - 1)]);
         }
+        if (tok->bpe_self) {
+            vn[k] = byte_level(tok, w, n, vm[k]);
+            vh[k] = td__hash(vm[k], vn[k]);
+            __builtin_prefetch(&tok->vocab.ents[vh[k] & tok->vocab.mask]);
+        }
+    }
     /* a hit's ids are copied now: a cache_add below may empty the cache */
     for (size_t k = 0; k < nq; k++) {
         const char *w = base + s->qoff[k];
@@ -352,19 +375,33 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
         td__scan_t *sc = &s->qscan[k];
         const td__cache_ent_t *e = n <= CACHE_MAX_WORD ? cache_find(s, w, n, h[k]) : NULL;
         hit[k] = e != NULL;
+        ve[k] = NULL;
         if (e) {
             memcpy(sc->id, s->cache_ids + e->ioff, e->nids * sizeof(int32_t));
             sc->n = e->nids;
-            continue;
+        } else if (tok->bpe_self && (ve[k] = vocab_slot(&tok->vocab, vh[k], vn[k]))) {
+            __builtin_prefetch(tok->arena + ve[k]->off);
         }
-        int32_t self = tok->bpe_self ? self_token(tok, w, n) : -1;
-        if (self >= 0) { /* found without merging: not worth a cache entry */
+    }
+    for (size_t k = 0; k < nq; k++) {
+        if (hit[k])
+            continue;
+        td__scan_t *sc = &s->qscan[k];
+        int32_t self = -1;
+        if (ve[k]) {
+            self = memcmp(tok->arena + ve[k]->off, vm[k], vn[k]) == 0
+                       ? ve[k]->id
+                       : td__strmap_get(tok, &tok->vocab, vm[k], vn[k]);
+            if (self >= 0 && !(tok->bpe_self[self / 64] >> (self % 64) & 1))
+                self = -1;
+        }
+        if (self >= 0) { /* a token BPE gives whole: found without merging, no cache entry */
             hit[k] = true;
             sc->id[0] = self;
             sc->n = 1;
             continue;
         }
-        scan_fill(tok, sc, w, n);
+        scan_fill(tok, sc, base + s->qoff[k], s->qlen[k]);
         which[nw++] = k;
     }
     bpe_merge_batch(tok, s->qscan, which, nw);
