@@ -348,44 +348,25 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
     }
     const char *base = s->qtext.data;
     uint64_t h[TD__BPE_BATCH], vh[TD__BPE_BATCH];
-    bool hit[TD__BPE_BATCH];
     char vm[TD__BPE_BATCH][3 * TD__SCAN_MAX]; /* byte-level strings (byte_char: <= 3 bytes) */
     size_t vn[TD__BPE_BATCH];
     const struct td__strmap_ent *ve[TD__BPE_BATCH];
     size_t which[TD__BPE_BATCH], nw = 0;
-    /* three passes, each starting the cache misses the next one needs: the word cache's and the
-     * vocabulary's slots, then the vocabulary's bytes */
+    /* the queued words missed the word cache; in passes, each starting the cache misses the next
+     * one needs: the vocabulary's slots, then its bytes */
     for (size_t k = 0; k < nq; k++) {
-        const char *w = base + s->qoff[k];
-        size_t n = s->qlen[k];
-        if (n <= CACHE_MAX_WORD) {
-            h[k] = td__hash(w, n);
-            __builtin_prefetch(&s->cache[h[k] & (TD__CACHE_SLOTS - 1)]);
-        }
+        h[k] = s->qhash[k];
+        ve[k] = NULL;
         if (tok->bpe_self) {
-            vn[k] = byte_level(tok, w, n, vm[k]);
+            vn[k] = byte_level(tok, base + s->qoff[k], s->qlen[k], vm[k]);
             vh[k] = td__hash(vm[k], vn[k]);
             __builtin_prefetch(&tok->vocab.ents[vh[k] & tok->vocab.mask]);
         }
     }
-    /* a hit's ids are copied now: a cache_add below may empty the cache */
-    for (size_t k = 0; k < nq; k++) {
-        const char *w = base + s->qoff[k];
-        size_t n = s->qlen[k];
-        td__scan_t *sc = &s->qscan[k];
-        const td__cache_ent_t *e = n <= CACHE_MAX_WORD ? cache_find(s, w, n, h[k]) : NULL;
-        hit[k] = e != NULL;
-        ve[k] = NULL;
-        if (e) {
-            memcpy(sc->id, s->cache_ids + e->ioff, e->nids * sizeof(int32_t));
-            sc->n = e->nids;
-        } else if (tok->bpe_self && (ve[k] = vocab_slot(&tok->vocab, vh[k], vn[k]))) {
+    for (size_t k = 0; k < nq; k++)
+        if (tok->bpe_self && (ve[k] = vocab_slot(&tok->vocab, vh[k], vn[k])))
             __builtin_prefetch(tok->arena + ve[k]->off);
-        }
-    }
     for (size_t k = 0; k < nq; k++) {
-        if (hit[k])
-            continue;
         td__scan_t *sc = &s->qscan[k];
         int32_t self = -1;
         if (ve[k]) {
@@ -395,8 +376,7 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
             if (self >= 0 && !(tok->bpe_self[self / 64] >> (self % 64) & 1))
                 self = -1;
         }
-        if (self >= 0) { /* a token BPE gives whole: found without merging, no cache entry */
-            hit[k] = true;
+        if (self >= 0) { /* a token BPE gives whole: found without merging */
             sc->id[0] = self;
             sc->n = 1;
             continue;
@@ -409,16 +389,17 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
         const td__scan_t *sc = &s->qscan[k];
         memcpy(out->ids + out->len, sc->id, sc->n * sizeof(int32_t));
         out->len += sc->n;
-        if (!hit[k] && s->qlen[k] <= CACHE_MAX_WORD)
+        if (s->qlen[k] <= CACHE_MAX_WORD)
             cache_add(s, base + s->qoff[k], s->qlen[k], h[k], sc->id, sc->n);
     }
     td_buf_reset(&s->qtext);
     return 0;
 }
 
-/* Queue a word of at most TD__SCAN_MAX bytes for the next batch; a full batch is merged. */
+/* Queue a word of at most TD__SCAN_MAX bytes that is not in the word cache (h: its hash when it
+ * is short enough to be cached) for the next batch; a full batch is merged. */
 static int bpe_queue(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
-                     td_tokens_t *out)
+                     uint64_t h, td_tokens_t *out)
 {
     size_t off = s->qtext.len;
     int rc = td_buf_append(&s->qtext, w, n);
@@ -426,6 +407,7 @@ static int bpe_queue(const td_tokenizer_t *tok, struct td_scratch *s, const char
         return rc;
     s->qoff[s->nq] = (uint32_t)off;
     s->qlen[s->nq] = (uint32_t)n;
+    s->qhash[s->nq] = h;
     if (++s->nq == TD__BPE_BATCH)
         return td__bpe_flush(tok, s, out);
     return 0;
@@ -437,24 +419,29 @@ int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w,
 {
     if (!n)
         return 0;
+    int rc;
+    uint64_t h = 0;
+    if (n <= CACHE_MAX_WORD) { /* a hit goes out at once, after what is queued */
+        h = td__hash(w, n);
+        const td__cache_ent_t *e = cache_find(s, w, n, h);
+        if (e) {
+            if ((rc = td__bpe_flush(tok, s, out)) || (rc = td__tokens_reserve(out, e->nids)))
+                return rc;
+            e = cache_find(s, w, n, h); /* the flush may have emptied the cache */
+            if (e) {
+                memcpy(out->ids + out->len, s->cache_ids + e->ioff, e->nids * sizeof(int32_t));
+                out->len += e->nids;
+                return 0;
+            }
+        }
+    }
     if (n <= TD__SCAN_MAX && !tok->ignore_merges)
-        return bpe_queue(tok, s, w, n, out);
-    int rc = td__bpe_flush(tok, s, out);
-    if (rc || (rc = td__tokens_reserve(out, n)))
+        return bpe_queue(tok, s, w, n, h, out);
+    if ((rc = td__bpe_flush(tok, s, out)) || (rc = td__tokens_reserve(out, n)))
         return rc;
     if (n > TD__SCAN_MAX) /* longer than any cached word */
         return bpe_long(tok, s, w, n, out);
     /* ignore_merges: a word that is a token is that token */
-    uint64_t h = 0;
-    if (n <= CACHE_MAX_WORD) {
-        h = td__hash(w, n);
-        const td__cache_ent_t *e = cache_find(s, w, n, h);
-        if (e) {
-            memcpy(out->ids + out->len, s->cache_ids + e->ioff, e->nids * sizeof(int32_t));
-            out->len += e->nids;
-            return 0;
-        }
-    }
     td_buf_reset(&s->map);
     if ((rc = td_buf_reserve(&s->map, 2 * n)))
         return rc;
@@ -465,7 +452,7 @@ int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w,
     }
     int32_t whole = td__strmap_get(tok, &tok->vocab, s->map.data, s->map.len);
     if (whole < 0) {
-        if ((rc = bpe_queue(tok, s, w, n, out)))
+        if ((rc = bpe_queue(tok, s, w, n, h, out)))
             return rc;
         return td__bpe_flush(tok, s, out);
     }

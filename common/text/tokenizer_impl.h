@@ -239,6 +239,7 @@ struct td_scratch {
     td_buf_t qtext;                   /* their bytes */
     uint32_t qoff[TD__BPE_BATCH];     /* word k is qtext[qoff[k], qoff[k] + qlen[k]) */
     uint32_t qlen[TD__BPE_BATCH];
+    uint64_t qhash[TD__BPE_BATCH]; /* td__hash of the word when it is short enough to cache */
     size_t nq;
     td__scan_t qscan[TD__BPE_BATCH];
 };
