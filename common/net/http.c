@@ -144,6 +144,8 @@ struct td_http_server {
     route_t *routes;
     struct watch *watches; /* unanswered requests whose client is watched (td_http_req_watch) */
     uv_timer_t watch_timer; /* checks them every WATCH_MS while there are any */
+    uv_idle_t flush;        /* active while `dirty` holds streams: writes them next iteration */
+    struct td_http_stream *dirty; /* streams with bytes (or their end) queued this iteration */
 };
 
 /* A request whose client is checked for having gone (td_http_req_watch). */
@@ -165,6 +167,9 @@ struct td_http_stream {
     bool user_ended;
     bool h2o_done;
     bool canceled;
+    bool dirty; /* on the server's `dirty` list */
+    struct td_http_stream *dirty_next;
+    td_http_server_t *srv;
     void (*on_cancel)(td_http_stream_t *st, void *ud);
     void *ud;
 };
@@ -402,7 +407,7 @@ void td_http_respond_error(td_http_req_t *r, int status, const char *type, const
 
 static void stream_maybe_free(td_http_stream_t *st)
 {
-    if (st->user_ended && st->h2o_done) {
+    if (st->user_ended && st->h2o_done && !st->dirty) {
         td_buf_free(&st->inflight);
         td_buf_free(&st->pending);
         free(st);
@@ -441,6 +446,39 @@ static void stream_flush(td_http_stream_t *st)
     h2o_send(st->req, &buf, 1, H2O_SEND_STATE_IN_PROGRESS);
 }
 
+/* Write every stream that queued bytes (or its end) since the last pass: what one loop iteration
+ * queued for a response leaves in one write, as the RPC connections do (rpc.c conn_send). */
+static void streams_flush(td_http_server_t *s)
+{
+    uv_idle_stop(&s->flush);
+    while (s->dirty) {
+        td_http_stream_t *st = s->dirty;
+        s->dirty = st->dirty_next;
+        st->dirty = false;
+        if (st->h2o_done) /* the client went while it was queued */
+            stream_maybe_free(st);
+        else
+            stream_flush(st); /* frees it after its end */
+    }
+}
+
+static void on_flush(uv_idle_t *h)
+{
+    streams_flush(h->data);
+}
+
+/* Flush st with the others at the start of the next loop iteration. */
+static void stream_defer(td_http_stream_t *st)
+{
+    if (st->dirty)
+        return;
+    st->dirty = true;
+    st->dirty_next = st->srv->dirty;
+    st->srv->dirty = st;
+    if (!uv_is_active((uv_handle_t *)&st->srv->flush))
+        uv_idle_start(&st->srv->flush, on_flush);
+}
+
 static void on_proceed(h2o_generator_t *g, h2o_req_t *req)
 {
     td_http_stream_t *st = (td_http_stream_t *)g;
@@ -471,6 +509,7 @@ td_http_stream_t *td_http_stream_start(td_http_req_t *r, int status, const char 
     st->gen.proceed = on_proceed;
     st->gen.stop = on_stop;
     st->req = H(r);
+    st->srv = server_of(H(r));
     st->on_cancel = on_cancel;
     st->ud = ud;
     td_buf_init(&st->inflight);
@@ -489,7 +528,7 @@ int td_http_stream_write(td_http_stream_t *st, const void *data, size_t len)
     int rc = td_buf_append(&st->pending, data, len);
     if (rc)
         return rc;
-    stream_flush(st);
+    stream_defer(st);
     return 0;
 }
 
@@ -504,7 +543,7 @@ void td_http_stream_end(td_http_stream_t *st)
     if (st->h2o_done)
         stream_maybe_free(st);
     else
-        stream_flush(st);
+        stream_defer(st);
 }
 
 /* ---- server ------------------------------------------------------------------------------- */
@@ -553,6 +592,8 @@ td_http_server_t *td_http_server_new(uv_loop_t *loop, const td_http_opts_t *opts
     s->sentinel.data = s;
     uv_timer_init(loop, &s->watch_timer);
     s->watch_timer.data = s;
+    uv_idle_init(loop, &s->flush);
+    s->flush.data = s;
     return s;
 }
 
@@ -788,9 +829,11 @@ static void on_sentinel(uv_timer_t *t)
         return;
     uv_timer_stop(t);
     s->disposed = true;
+    streams_flush(s); /* streams whose connection closed with bytes queued: freed here */
     /* libuv runs close callbacks newest first: closing the sentinel before h2o closes its own
      * timers makes the sentinel's callback (which frees the server) run after theirs. */
     uv_close((uv_handle_t *)&s->sentinel, on_sentinel_closed);
+    uv_close((uv_handle_t *)&s->flush, NULL); /* its close runs before the sentinel's */
     h2o_context_dispose(&s->ctx);
 }
 

@@ -71,11 +71,13 @@ void td_http_respond_error(td_http_req_t *r, int status, const char *type, const
 td_http_stream_t *td_http_stream_start(td_http_req_t *r, int status, const char *content_type,
                                        void (*on_cancel)(td_http_stream_t *st, void *ud),
                                        void *ud);
-/* Queue bytes (copied). 0, TD_ECANCELED, TD_ENOMEM. */
+/* Queue bytes (copied). What a stream queues in one loop iteration is written at the start of the
+ * next, in one piece. 0, TD_ECANCELED, TD_ENOMEM. */
 int td_http_stream_write(td_http_stream_t *st, const void *data, size_t len);
 /* Bytes queued and not yet handed to the socket (back-pressure signal). */
 size_t td_http_stream_pending(const td_http_stream_t *st);
-/* Finish the response (flushes what is queued) and release the stream. */
+/* Finish the response (what is queued goes out with the end, at the start of the next loop
+ * iteration) and release the stream. */
 void td_http_stream_end(td_http_stream_t *st);
 
 #endif

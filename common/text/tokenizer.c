@@ -159,6 +159,7 @@ void td__scratch_free(struct td_scratch *s)
     td_buf_free(&s->norm);
     td_buf_free(&s->pfx);
     td_buf_free(&s->map);
+    td_buf_free(&s->qtext);
     free(s->sym);
     free(s->heap);
     free(s->cache);
@@ -187,6 +188,7 @@ static struct td_scratch *scratch_new(void)
     td_buf_init(&s->norm);
     td_buf_init(&s->pfx);
     td_buf_init(&s->map);
+    td_buf_init(&s->qtext);
     return s;
 }
 
@@ -219,6 +221,8 @@ int td_tokenizer_encode(const td_tokenizer_t *ctok, const char *text, size_t len
     if (!s)
         return TD_ENOMEM;
     int rc = 0;
+    s->nq = 0; /* what an encode that failed left queued */
+    td_buf_reset(&s->qtext);
     if (len && !text) {
         rc = td_err_set(TD_EINVAL, "tokenizer: NULL text");
         goto out;
@@ -239,6 +243,8 @@ int td_tokenizer_encode(const td_tokenizer_t *ctok, const char *text, size_t len
             rc = td_tokens_push(out, tok->prefix[i]);
     if (!rc)
         rc = td__split_added(tok, s, &tok->trie_raw, text, len, td__seg_normalize, out);
+    if (!rc)
+        rc = td__bpe_flush(tok, s, out);
     if (add_special_tokens)
         for (size_t i = 0; i < tok->nsuffix && !rc; i++)
             rc = td_tokens_push(out, tok->suffix[i]);

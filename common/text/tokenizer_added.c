@@ -130,7 +130,7 @@ int td__split_added(const td_tokenizer_t *tok, struct td_scratch *s, const td__t
             if (start_offset < start &&
                 (rc = seg(tok, s, p + start_offset, start - start_offset, out)))
                 return rc;
-            if ((rc = td_tokens_push(out, at->id)))
+            if ((rc = td__bpe_flush(tok, s, out)) || (rc = td_tokens_push(out, at->id)))
                 return rc;
             start_offset = stop;
         }

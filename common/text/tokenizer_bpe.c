@@ -7,65 +7,119 @@
 #include <string.h>
 
 enum {
-    CACHE_MAX_WORD = 64, /* longer words are not cached */
-    SCAN_BPE_MAX = 128,  /* words up to this many bytes merge by scanning, longer by heap */
+    CACHE_MAX_WORD = 64, /* longer words are not cached (below TD__SCAN_MAX) */
 };
 
-static inline const struct td__merge_ent *merge_get(const td_tokenizer_t *tok, int32_t a, int32_t b)
+/* The rank of `pair` (td__merge_pair) probing from slot i, UINT32_MAX when it does not merge. */
+static inline uint32_t merge_at(const td__mergemap_t *m, uint64_t pair, size_t i)
 {
-    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    const td__mergemap_t *m = &tok->merges;
-    for (size_t i = td__merge_slot(key, m->mask);; i = (i + 1) & m->mask) {
-        const struct td__merge_ent *e = &m->ents[i];
-        if (e->key == key)
-            return e;
-        if (e->key == UINT64_MAX)
-            return NULL;
+    for (;; i = (i + 1) & m->mask) {
+        uint64_t e = m->ents[i];
+        if ((e & ~(uint64_t)(TD__MERGE_RANKS - 1)) == pair)
+            return (uint32_t)(e & (TD__MERGE_RANKS - 1));
+        if (e == UINT64_MAX)
+            return UINT32_MAX;
     }
+}
+
+static inline uint32_t merge_rank(const td_tokenizer_t *tok, int32_t a, int32_t b)
+{
+    uint64_t pair = td__merge_pair(a, b);
+    return merge_at(&tok->merges, pair, td__merge_slot(pair, tok->merges.mask));
 }
 
 static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym, int32_t i)
 {
     if (i < 0 || sym[i].next < 0)
         return UINT32_MAX;
-    const struct td__merge_ent *e = merge_get(tok, sym[i].id, sym[sym[i].next].id);
-    return e ? e->rank : UINT32_MAX;
+    return merge_rank(tok, sym[i].id, sym[sym[i].next].id);
 }
 
-/* Look up the pair (sym[i], its next) and keep its rank and merged id on sym[i]. */
-static inline void pair_note(const td_tokenizer_t *tok, td__sym_t *sym, int32_t i)
+/* A batch merges up to TD__BPE_BATCH words in rounds: each round every unfinished word picks its
+ * lowest-rank pair (leftmost among equals, HF Word::merge_all), merges it, and starts the lookups
+ * of the two pairs that changed; then all those lookups are finished. The symbols of a word stay
+ * packed (a merge moves the tail down one place), so picking is a pass over contiguous memory,
+ * and the probes of different words, all cache misses on a large table, overlap. */
+
+/* Compute the slots of pairs lo..hi of sc and prefetch them. */
+static inline void probe_start(const td__mergemap_t *m, td__scan_t *sc, uint32_t lo, uint32_t hi)
 {
-    const struct td__merge_ent *e =
-        sym[i].next < 0 ? NULL : merge_get(tok, sym[i].id, sym[sym[i].next].id);
-    sym[i].rank = e ? e->rank : UINT32_MAX;
-    sym[i].mid = e ? e->id : -1;
+    sc->lo = lo;
+    sc->hi = hi;
+    for (uint32_t i = lo; i <= hi; i++) {
+        sc->slot[i] = (uint32_t)td__merge_slot(td__merge_pair(sc->id[i], sc->id[i + 1]), m->mask);
+        __builtin_prefetch(&m->ents[sc->slot[i]]);
+    }
 }
 
-/* Merge sym[0..n) in place, lowest rank first, leftmost among equals (HF Word::merge_all). Each
- * merge looks up only the two pairs it changes: the merged id was kept with the rank. */
-static void bpe_merge_scan(const td_tokenizer_t *tok, td__sym_t *sym, size_t n)
+static inline void probe_finish(const td__mergemap_t *m, td__scan_t *sc)
 {
-    for (size_t i = 0; i < n; i++)
-        pair_note(tok, sym, (int32_t)i);
-    for (;;) {
-        uint32_t best = UINT32_MAX;
-        int32_t bi = -1;
-        for (int32_t i = 0; i >= 0; i = sym[i].next)
-            if (sym[i].rank < best) {
-                best = sym[i].rank;
-                bi = i;
+    for (uint32_t i = sc->lo; i <= sc->hi; i++)
+        sc->rank[i] = merge_at(m, td__merge_pair(sc->id[i], sc->id[i + 1]), sc->slot[i]);
+    sc->lo = 1;
+    sc->hi = 0;
+}
+
+/* Pick sc's lowest-rank pair (sc->best, sc->at) and prefetch the id it merges into. */
+static inline void pick(const td__mergemap_t *m, td__scan_t *sc)
+{
+    uint32_t best = UINT32_MAX, at = 0;
+    for (uint32_t i = 0; i + 1 < sc->n; i++)
+        if (sc->rank[i] < best) {
+            best = sc->rank[i];
+            at = i;
+        }
+    sc->best = best;
+    sc->at = at;
+    if (best != UINT32_MAX && !m->by_offset)
+        __builtin_prefetch(&m->ids[best]);
+}
+
+/* Do the merge pick chose and start the lookups of the pairs it changed. */
+static inline void merge_picked(const td__mergemap_t *m, td__scan_t *sc)
+{
+    uint32_t bi = sc->at;
+    sc->id[bi] = td__merge_id(m, sc->best);
+    uint32_t n = --sc->n;
+    uint32_t tail = n - bi - 1; /* symbols after the one absorbed into bi */
+    memmove(&sc->id[bi + 1], &sc->id[bi + 2], tail * sizeof(int32_t));
+    memmove(&sc->rank[bi + 1], &sc->rank[bi + 2], tail * sizeof(uint32_t));
+    sc->rank[n - 1] = UINT32_MAX;
+    if (n >= 2) /* the pairs (bi - 1, bi) and (bi, bi + 1), where they exist */
+        probe_start(m, sc, bi ? bi - 1 : bi, bi + 1 < n ? bi : bi - 1);
+}
+
+/* Merge the symbols of the words sc[which[0..nw)] (each holds its byte ids in id[0..n)) to the
+ * end. */
+static void bpe_merge_batch(const td_tokenizer_t *tok, td__scan_t *sc, const size_t *which,
+                            size_t nw)
+{
+    const td__mergemap_t *m = &tok->merges;
+    size_t act[TD__BPE_BATCH], na = 0; /* the words still merging */
+    for (size_t w = 0; w < nw; w++) {
+        size_t k = which[w];
+        sc[k].lo = 1;
+        sc[k].hi = 0;
+        if (sc[k].n >= 2) {
+            sc[k].rank[sc[k].n - 1] = UINT32_MAX;
+            probe_start(m, &sc[k], 0, sc[k].n - 2);
+            act[na++] = k;
+        }
+    }
+    for (size_t i = 0; i < na; i++)
+        probe_finish(m, &sc[act[i]]);
+    while (na) {
+        for (size_t i = 0; i < na; i++)
+            pick(m, &sc[act[i]]);
+        size_t j = 0;
+        for (size_t i = 0; i < na; i++)
+            if (sc[act[i]].best != UINT32_MAX) {
+                merge_picked(m, &sc[act[i]]);
+                act[j++] = act[i];
             }
-        if (bi < 0)
-            return;
-        int32_t r = sym[bi].next;
-        sym[bi].id = sym[bi].mid;
-        sym[bi].next = sym[r].next;
-        if (sym[r].next >= 0)
-            sym[sym[r].next].prev = bi;
-        sym[r].id = -1;
-        pair_note(tok, sym, bi);
-        if (sym[bi].prev >= 0)
-            pair_note(tok, sym, sym[bi].prev);
+        na = j;
+        for (size_t i = 0; i < na; i++)
+            probe_finish(m, &sc[act[i]]);
     }
 }
 
@@ -118,7 +172,7 @@ static void bpe_merge_heap(const td_tokenizer_t *tok, td__sym_t *sym, size_t n, 
         if (sym[i].id < 0 || sym[i].next < 0 || pair_rank(tok, sym, i) != rank)
             continue; /* stale entry */
         int32_t r = sym[i].next;
-        sym[i].id = merge_get(tok, sym[i].id, sym[r].id)->id;
+        sym[i].id = td__merge_id(&tok->merges, rank);
         sym[i].next = sym[r].next;
         if (sym[r].next >= 0)
             sym[sym[r].next].prev = i;
@@ -132,6 +186,42 @@ static void bpe_merge_heap(const td_tokenizer_t *tok, td__sym_t *sym, size_t n, 
         if (nr != UINT32_MAX)
             heap_push(heap, &hn, (uint64_t)nr << 32 | (uint32_t)i);
     }
+}
+
+/* BPE a word longer than TD__SCAN_MAX bytes by heap and append its ids. 0 or TD_ENOMEM. */
+static int bpe_long(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
+                    td_tokens_t *out)
+{
+    if (n > s->symcap) {
+        size_t cap = TD_MAX(n, 2 * s->symcap);
+        td__sym_t *ns = td_reallocarray(s->sym, cap, sizeof(td__sym_t));
+        if (!ns)
+            return TD_ENOMEM;
+        s->sym = ns;
+        uint64_t *nh = td_reallocarray(s->heap, 2 * cap, sizeof(uint64_t));
+        if (!nh)
+            return TD_ENOMEM;
+        s->heap = nh;
+        s->symcap = cap;
+    }
+    td__sym_t *sym = s->sym;
+    size_t ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = tok->byte_id[(uint8_t)w[i]];
+        if (id < 0)
+            id = tok->unk_id; /* HF drops a char it cannot map unless unk_token is set */
+        if (id < 0)
+            continue;
+        sym[ns] = (td__sym_t){.id = id, .prev = (int32_t)ns - 1, .next = (int32_t)ns + 1};
+        ns++;
+    }
+    if (!ns)
+        return 0;
+    sym[ns - 1].next = -1;
+    bpe_merge_heap(tok, sym, ns, s->heap);
+    for (int32_t i = 0; i >= 0; i = sym[i].next)
+        out->ids[out->len++] = sym[i].id;
+    return 0;
 }
 
 static const td__cache_ent_t *cache_find(struct td_scratch *s, const char *w, size_t n, uint64_t h)
@@ -168,75 +258,206 @@ static void cache_add(struct td_scratch *s, const char *w, size_t n, uint64_t h,
     s->cache_n++;
 }
 
-/* BPE one word (raw bytes) and append its ids. */
+/* The byte ids of w[0..n) into sc (unmappable bytes become unk_token, or are dropped). */
+static void scan_fill(const td_tokenizer_t *tok, td__scan_t *sc, const char *w, size_t n)
+{
+    uint32_t ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = tok->byte_id[(uint8_t)w[i]];
+        if (id < 0)
+            id = tok->unk_id; /* HF drops a char it cannot map unless unk_token is set */
+        if (id >= 0)
+            sc->id[ns++] = id;
+    }
+    sc->n = ns;
+}
+
+int td__bpe_self_init(td_tokenizer_t *tok)
+{
+    if (tok->ignore_merges)
+        return 0;
+    tok->bpe_self = td_calloc(tok->nids / 64 + 1, sizeof(uint64_t));
+    td__scan_t *sc = td_calloc(TD__BPE_BATCH, sizeof(td__scan_t));
+    if (!tok->bpe_self || !sc) {
+        free(sc);
+        return TD_ENOMEM;
+    }
+    size_t which[TD__BPE_BATCH];
+    int32_t who[TD__BPE_BATCH];
+    size_t nw = 0;
+    for (size_t id = 0; id <= tok->nids; id++) {
+        if (nw == TD__BPE_BATCH || (id == tok->nids && nw)) {
+            bpe_merge_batch(tok, sc, which, nw);
+            for (size_t k = 0; k < nw; k++)
+                if (sc[k].n == 1 && sc[k].id[0] == who[k])
+                    tok->bpe_self[who[k] / 64] |= 1ull << (who[k] % 64);
+            nw = 0;
+        }
+        if (id == tok->nids)
+            break;
+        const td__idinfo_t *ii = &tok->ids[id];
+        /* model tokens whose every char is a byte-level char (their decoded bytes are a copy) */
+        if (ii->tok_len == UINT32_MAX || ii->dec_off == ii->tok_off || !ii->dec_len ||
+            ii->dec_len > TD__SCAN_MAX)
+            continue;
+        scan_fill(tok, &sc[nw], tok->arena + ii->dec_off, ii->dec_len);
+        which[nw] = nw;
+        who[nw++] = (int32_t)id;
+    }
+    free(sc);
+    return 0;
+}
+
+/* The byte-level string of w[0..n) into m (room for 3 n bytes); its length. */
+static size_t byte_level(const td_tokenizer_t *tok, const char *w, size_t n, char *m)
+{
+    size_t ml = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t b = (uint8_t)w[i];
+        memcpy(m + ml, tok->byte_char[b], tok->byte_char_len[b]);
+        ml += tok->byte_char_len[b];
+    }
+    return ml;
+}
+
+/* The vocabulary entry whose hash and length are h and n, NULL none (the bytes still to compare). */
+static const struct td__strmap_ent *vocab_slot(const td__strmap_t *m, uint64_t h, size_t n)
+{
+    for (size_t i = h & m->mask;; i = (i + 1) & m->mask) {
+        const struct td__strmap_ent *e = &m->ents[i];
+        if (!e->hash)
+            return NULL;
+        if (e->hash == h && e->len == n)
+            return e;
+    }
+}
+
+int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *out)
+{
+    size_t nq = s->nq;
+    if (!nq)
+        return 0;
+    s->nq = 0;
+    size_t total = 0;
+    for (size_t k = 0; k < nq; k++)
+        total += s->qlen[k];
+    int rc = td__tokens_reserve(out, total);
+    if (rc) {
+        td_buf_reset(&s->qtext);
+        return rc;
+    }
+    const char *base = s->qtext.data;
+    uint64_t h[TD__BPE_BATCH], vh[TD__BPE_BATCH];
+    char vm[TD__BPE_BATCH][3 * TD__SCAN_MAX]; /* byte-level strings (byte_char: <= 3 bytes) */
+    size_t vn[TD__BPE_BATCH];
+    const struct td__strmap_ent *ve[TD__BPE_BATCH];
+    size_t which[TD__BPE_BATCH], nw = 0;
+    /* the queued words missed the word cache; in passes, each starting the cache misses the next
+     * one needs: the vocabulary's slots, then its bytes */
+    for (size_t k = 0; k < nq; k++) {
+        h[k] = s->qhash[k];
+        ve[k] = NULL;
+        if (tok->bpe_self) {
+            vn[k] = byte_level(tok, base + s->qoff[k], s->qlen[k], vm[k]);
+            vh[k] = td__hash(vm[k], vn[k]);
+            __builtin_prefetch(&tok->vocab.ents[vh[k] & tok->vocab.mask]);
+        }
+    }
+    for (size_t k = 0; k < nq; k++)
+        if (tok->bpe_self && (ve[k] = vocab_slot(&tok->vocab, vh[k], vn[k])))
+            __builtin_prefetch(tok->arena + ve[k]->off);
+    for (size_t k = 0; k < nq; k++) {
+        td__scan_t *sc = &s->qscan[k];
+        int32_t self = -1;
+        if (ve[k]) {
+            self = memcmp(tok->arena + ve[k]->off, vm[k], vn[k]) == 0
+                       ? ve[k]->id
+                       : td__strmap_get(tok, &tok->vocab, vm[k], vn[k]);
+            if (self >= 0 && !(tok->bpe_self[self / 64] >> (self % 64) & 1))
+                self = -1;
+        }
+        if (self >= 0) { /* a token BPE gives whole: found without merging */
+            sc->id[0] = self;
+            sc->n = 1;
+            continue;
+        }
+        scan_fill(tok, sc, base + s->qoff[k], s->qlen[k]);
+        which[nw++] = k;
+    }
+    bpe_merge_batch(tok, s->qscan, which, nw);
+    for (size_t k = 0; k < nq; k++) {
+        const td__scan_t *sc = &s->qscan[k];
+        memcpy(out->ids + out->len, sc->id, sc->n * sizeof(int32_t));
+        out->len += sc->n;
+        if (s->qlen[k] <= CACHE_MAX_WORD)
+            cache_add(s, base + s->qoff[k], s->qlen[k], h[k], sc->id, sc->n);
+    }
+    td_buf_reset(&s->qtext);
+    return 0;
+}
+
+/* Queue a word of at most TD__SCAN_MAX bytes that is not in the word cache (h: its hash when it
+ * is short enough to be cached) for the next batch; a full batch is merged. */
+static int bpe_queue(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
+                     uint64_t h, td_tokens_t *out)
+{
+    size_t off = s->qtext.len;
+    int rc = td_buf_append(&s->qtext, w, n);
+    if (rc)
+        return rc;
+    s->qoff[s->nq] = (uint32_t)off;
+    s->qlen[s->nq] = (uint32_t)n;
+    s->qhash[s->nq] = h;
+    if (++s->nq == TD__BPE_BATCH)
+        return td__bpe_flush(tok, s, out);
+    return 0;
+}
+
+/* BPE one word (raw bytes) and append its ids, or queue it (td__bpe_flush appends them). */
 int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
                  td_tokens_t *out)
 {
     if (!n)
         return 0;
-    int rc = td__tokens_reserve(out, n);
-    if (rc)
-        return rc;
+    int rc;
     uint64_t h = 0;
-    if (n <= CACHE_MAX_WORD) {
+    if (n <= CACHE_MAX_WORD) { /* a hit goes out at once, after what is queued */
         h = td__hash(w, n);
         const td__cache_ent_t *e = cache_find(s, w, n, h);
         if (e) {
-            memcpy(out->ids + out->len, s->cache_ids + e->ioff, e->nids * sizeof(int32_t));
-            out->len += e->nids;
-            return 0;
+            if ((rc = td__bpe_flush(tok, s, out)) || (rc = td__tokens_reserve(out, e->nids)))
+                return rc;
+            e = cache_find(s, w, n, h); /* the flush may have emptied the cache */
+            if (e) {
+                memcpy(out->ids + out->len, s->cache_ids + e->ioff, e->nids * sizeof(int32_t));
+                out->len += e->nids;
+                return 0;
+            }
         }
     }
-    size_t start = out->len;
-    int32_t whole = -1;
-    if (tok->ignore_merges) {
-        td_buf_reset(&s->map);
-        if ((rc = td_buf_reserve(&s->map, 2 * n)))
+    if (n <= TD__SCAN_MAX && !tok->ignore_merges)
+        return bpe_queue(tok, s, w, n, h, out);
+    if ((rc = td__bpe_flush(tok, s, out)) || (rc = td__tokens_reserve(out, n)))
+        return rc;
+    if (n > TD__SCAN_MAX) /* longer than any cached word */
+        return bpe_long(tok, s, w, n, out);
+    /* ignore_merges: a word that is a token is that token */
+    td_buf_reset(&s->map);
+    if ((rc = td_buf_reserve(&s->map, 2 * n)))
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t b = (uint8_t)w[i];
+        memcpy(s->map.data + s->map.len, tok->byte_char[b], tok->byte_char_len[b]);
+        s->map.len += tok->byte_char_len[b];
+    }
+    int32_t whole = td__strmap_get(tok, &tok->vocab, s->map.data, s->map.len);
+    if (whole < 0) {
+        if ((rc = bpe_queue(tok, s, w, n, h, out)))
             return rc;
-        for (size_t i = 0; i < n; i++) {
-            uint8_t b = (uint8_t)w[i];
-            memcpy(s->map.data + s->map.len, tok->byte_char[b], tok->byte_char_len[b]);
-            s->map.len += tok->byte_char_len[b];
-        }
-        whole = td__strmap_get(tok, &tok->vocab, s->map.data, s->map.len);
+        return td__bpe_flush(tok, s, out);
     }
-    if (whole >= 0) {
-        out->ids[out->len++] = whole;
-    } else {
-        if (n > s->symcap) {
-            size_t cap = TD_MAX(n, 2 * s->symcap);
-            td__sym_t *ns = td_reallocarray(s->sym, cap, sizeof(td__sym_t));
-            if (!ns)
-                return TD_ENOMEM;
-            s->sym = ns;
-            uint64_t *nh = td_reallocarray(s->heap, 2 * cap, sizeof(uint64_t));
-            if (!nh)
-                return TD_ENOMEM;
-            s->heap = nh;
-            s->symcap = cap;
-        }
-        td__sym_t *sym = s->sym;
-        size_t ns = 0;
-        for (size_t i = 0; i < n; i++) {
-            int32_t id = tok->byte_id[(uint8_t)w[i]];
-            if (id < 0)
-                id = tok->unk_id; /* HF drops a char it cannot map unless unk_token is set */
-            if (id < 0)
-                continue;
-            sym[ns] = (td__sym_t){.id = id, .prev = (int32_t)ns - 1, .next = (int32_t)ns + 1};
-            ns++;
-        }
-        if (!ns)
-            return 0;
-        sym[ns - 1].next = -1;
-        if (ns <= SCAN_BPE_MAX)
-            bpe_merge_scan(tok, sym, ns);
-        else
-            bpe_merge_heap(tok, sym, ns, s->heap);
-        for (int32_t i = 0; i >= 0; i = sym[i].next)
-            out->ids[out->len++] = sym[i].id;
-    }
+    out->ids[out->len++] = whole;
     if (n <= CACHE_MAX_WORD)
-        cache_add(s, w, n, h, out->ids + start, out->len - start);
+        cache_add(s, w, n, h, &whole, 1);
     return 0;
 }

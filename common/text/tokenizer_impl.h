@@ -66,21 +66,46 @@ typedef struct td__strmap {
     size_t n;    /* entries in use */
 } td__strmap_t;
 
-/* Merge table: (left id, right id) -> (rank, merged id). */
+/* Merge table: (left id, right id) -> rank, one 64-bit word per slot (left << 43 | right << 22 |
+ * rank; UINT64_MAX = empty), so a probe touches 8 bytes and a cache line holds 8 slots; the id a
+ * merge produces is looked up by rank in `ids` only when the merge is done. The loader refuses
+ * ids above TD__MERGE_ID_MAX and more than TD__MERGE_RANKS merges (real vocabularies are far
+ * below: 262,144 ids is 18 bits). */
 typedef struct td__mergemap {
-    struct td__merge_ent {
-        uint64_t key; /* left << 32 | right; UINT64_MAX = empty */
-        uint32_t rank;
-        int32_t id;
-    } * ents;    /* [mask+1] */
-    size_t mask; /* capacity - 1 */
+    uint64_t *ents; /* [mask+1] */
+    int32_t *ids;   /* [n_ranks]: the id of merge rank r (tokenizer.json "merges"[r]) */
+    size_t mask;    /* capacity - 1 */
     size_t n;
+    /* true when ids[r] == r + id_offset for every rank (vocabularies laid out in merge order,
+     * as DeepSeek's, Qwen's and OpenAI's are): the id is then computed, not read */
+    bool by_offset;
+    int32_t id_offset;
 } td__mergemap_t;
 
-/* The first slot to probe for the pair key `left << 32 | right`. */
-static inline size_t td__merge_slot(uint64_t key, size_t mask)
+enum {
+    TD__MERGE_RANK_BITS = 22,
+    TD__MERGE_ID_BITS = 21,
+    TD__MERGE_RANKS = 1 << TD__MERGE_RANK_BITS,
+    TD__MERGE_ID_MAX = (1 << TD__MERGE_ID_BITS) - 2, /* all ones is the empty slot's */
+};
+
+/* The pair part of a slot word: left << 43 | right << 22 (ids at most TD__MERGE_ID_MAX). */
+static inline uint64_t td__merge_pair(int32_t left, int32_t right)
 {
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+    return (uint64_t)(uint32_t)left << (TD__MERGE_ID_BITS + TD__MERGE_RANK_BITS) |
+           (uint64_t)(uint32_t)right << TD__MERGE_RANK_BITS;
+}
+
+/* The id merge `rank` produces. */
+static inline int32_t td__merge_id(const td__mergemap_t *m, uint32_t rank)
+{
+    return m->by_offset ? (int32_t)rank + m->id_offset : m->ids[rank];
+}
+
+/* The first slot to probe for a pair (td__merge_pair). */
+static inline size_t td__merge_slot(uint64_t pair, size_t mask)
+{
+    return (size_t)(((pair >> TD__MERGE_RANK_BITS) * 0x9E3779B97F4A7C15ull) >> 20) & mask;
 }
 
 /* Per id: what decode writes and where the token text is. */
@@ -105,6 +130,8 @@ struct td_tokenizer {
 
     td__strmap_t vocab; /* model vocab: token text -> id */
     td__mergemap_t merges;
+    uint64_t *bpe_self; /* bitset over ids: BPE of the token's own bytes is that one token, so a
+                           word that is such a token needs no merging; NULL with ignore_merges */
     int32_t byte_id[256];   /* model id of the byte-level char of each byte, -1 none */
     char byte_char[256][3]; /* byte-level char of each byte, UTF-8 */
     uint8_t byte_char_len[256];
@@ -164,12 +191,27 @@ typedef struct cache_ent {
     uint16_t tlen, nids;
 } td__cache_ent_t;
 
+/* Words up to this many bytes are merged in batches by scanning (tokenizer_bpe.c), longer ones
+ * one at a time by heap. */
+enum { TD__SCAN_MAX = 128, TD__BPE_BATCH = 8 };
+
+/* One word of a batch being merged: the live symbols packed at the front of `id`, each with the
+ * rank of the pair it starts; `slot` holds the probe slots of pairs being looked up. */
+typedef struct td__scan {
+    int32_t id[TD__SCAN_MAX];
+    uint32_t rank[TD__SCAN_MAX]; /* UINT32_MAX: the pair does not merge (or no next symbol) */
+    uint32_t slot[TD__SCAN_MAX];
+    uint32_t n;      /* live symbols */
+    uint32_t lo, hi; /* pairs lo..hi are being looked up; lo > hi: none */
+    uint32_t best;   /* rank of the merge chosen this round, UINT32_MAX: the word is done */
+    uint32_t at;     /* its position */
+} td__scan_t;
+
+/* A symbol of a long word (heap mode). */
 typedef struct sym {
     int32_t id;    /* token id of this symbol, -1 once merged into its left neighbour */
     int32_t prev;  /* index of the previous live symbol, -1 none */
     int32_t next;  /* index of the next live symbol, -1 none */
-    uint32_t rank; /* scan mode: rank of the pair (this, next), UINT32_MAX none */
-    int32_t mid;   /* scan mode: the id that pair merges into (valid when rank is) */
 } td__sym_t;
 
 /* Per-call encode state, pooled on the tokenizer (scratch_get / scratch_put in tokenizer.c): one
@@ -192,6 +234,14 @@ struct td_scratch {
     size_t cache_text_len;
     int32_t *cache_ids; /* [TD__CACHE_IDS] */
     size_t cache_ids_len;
+    /* words waiting to be merged together (td__bpe_word queues, td__bpe_flush runs them), so the
+     * cache misses of their merge-table probes overlap */
+    td_buf_t qtext;                   /* their bytes */
+    uint32_t qoff[TD__BPE_BATCH];     /* word k is qtext[qoff[k], qoff[k] + qlen[k]) */
+    uint32_t qlen[TD__BPE_BATCH];
+    uint64_t qhash[TD__BPE_BATCH]; /* td__hash of the word when it is short enough to cache */
+    size_t nq;
+    td__scan_t qscan[TD__BPE_BATCH];
 };
 
 /* The code point at p[0] (n bytes left), its length in *len; U+FFFD with length 1 on an invalid
@@ -219,9 +269,14 @@ void td__scratch_free(struct td_scratch *s);
 /* Make room for `extra` more ids in t. 0 or TD_ENOMEM (t unchanged). */
 int td__tokens_reserve(td_tokens_t *t, size_t extra);
 /* Stage 4: BPE one word of raw bytes [w, w+n) and append its ids to out (through the word cache
- * in s). 0 or TD_ENOMEM. */
+ * in s). Short words may wait in s for td__bpe_flush, which whoever appends other ids to out, and
+ * encode at its end, calls first. 0 or TD_ENOMEM. */
 int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
                  td_tokens_t *out);
+/* Fill tok->bpe_self (after the model is loaded), unless tok->ignore_merges. 0 or TD_ENOMEM. */
+int td__bpe_self_init(td_tokenizer_t *tok);
+/* Merge the words waiting in s and append their ids to out, in order. 0 or TD_ENOMEM. */
+int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *out);
 /* Stage 3: run pre-tokenizer steps `step`.. over [p, p+n), then BPE each word, appending ids to
  * out. 0, TD_ENOMEM, or TD_EINTERNAL when PCRE2 fails (message set). */
 int td__pretok_run(const td_tokenizer_t *tok, struct td_scratch *s, size_t step, const char *p,

@@ -120,7 +120,7 @@ static int load_json(td_tokenizer_t *tok, json_object *root, json_object *cfg, c
                           "%s: field \"pre_tokenizer\": a ByteLevel pre-tokenizer is required "
                           "(byte-level BPE only)",
                           L.file);
-    if ((rc = td__parse_model(&L, td__tok_jget(root, "model"))))
+    if ((rc = td__parse_model(&L, td__tok_jget(root, "model"))) || (rc = td__bpe_self_init(tok)))
         return rc;
     if ((rc = td__parse_added(&L, td__tok_jget(root, "added_tokens"))))
         return rc;
@@ -259,6 +259,8 @@ void td_tokenizer_free(td_tokenizer_t *tok)
     free(tok->trie_norm.nodes);
     free(tok->vocab.ents);
     free(tok->merges.ents);
+    free(tok->merges.ids);
+    free(tok->bpe_self);
     free(tok->ids);
     free(tok->arena);
     free(tok->name);

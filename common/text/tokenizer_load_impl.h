@@ -39,10 +39,14 @@ int td__arena_add(td_tokenizer_t *tok, const void *p, size_t n, uint32_t *off);
 int td__strmap_init(td__strmap_t *m, size_t want);
 /* Insert or overwrite; the key must already be in the arena at `off`, and the map have room. */
 void td__strmap_put(td_tokenizer_t *tok, td__strmap_t *m, uint32_t off, uint32_t len, int32_t id);
-/* An empty merge table with room for `want` pairs at half load. 0 or TD_ENOMEM. */
+/* An empty merge table with room for `want` pairs (ranks 0..want-1) at half load. 0 or
+ * TD_ENOMEM. */
 int td__mergemap_init(td__mergemap_t *m, size_t want);
-/* Insert pair `key` (left << 32 | right) or overwrite it: later duplicates win, as in HF. */
-void td__mergemap_put(td__mergemap_t *m, uint64_t key, uint32_t rank, int32_t id);
+/* Insert pair (left, right) of merge `rank` producing `id`, or overwrite it: later duplicates
+ * win, as in HF. left and right at most TD__MERGE_ID_MAX, rank below the `want` of init. */
+void td__mergemap_put(td__mergemap_t *m, int32_t left, int32_t right, uint32_t rank, int32_t id);
+/* After the `nranks` puts: note whether ids follow ranks at a fixed offset (by_offset). */
+void td__mergemap_done(td__mergemap_t *m, size_t nranks);
 /* Fill tok->byte_char / byte_char_len with GPT-2's bytes_to_unicode. */
 void td__byte_level_init(td_tokenizer_t *tok);
 /* The byte whose byte-level char is cp, -1 when cp is not a byte-level char. Thread-safe. */

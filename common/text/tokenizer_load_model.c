@@ -162,6 +162,9 @@ int td__parse_model(td__ld_t *L, json_object *m)
     if (merges && (rc = td__want_type(L, merges, json_type_array, "model.merges")))
         return rc;
     size_t nm = merges ? json_object_array_length(merges) : 0;
+    if (nm > TD__MERGE_RANKS)
+        return td_err_set(TD_EPARSE, "%s: field \"model.merges\": %zu merges; at most %d are supported",
+                          L->file, nm, TD__MERGE_RANKS);
     if ((rc = td__mergemap_init(&tok->merges, nm)))
         return rc;
     td_buf_t cat;
@@ -190,12 +193,19 @@ int td__parse_model(td__ld_t *L, json_object *m)
                                      : cat.data);
             break;
         }
-        td__mergemap_put(&tok->merges, (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib, (uint32_t)i,
-                         ic);
+        if (ia > TD__MERGE_ID_MAX || ib > TD__MERGE_ID_MAX) {
+            rc = td_err_set(TD_EPARSE,
+                            "%s: field \"model.merges[%zu]\": token id %d is above %d, the largest "
+                            "a merge may use",
+                            L->file, i, TD_MAX(ia, ib), TD__MERGE_ID_MAX);
+            break;
+        }
+        td__mergemap_put(&tok->merges, ia, ib, (uint32_t)i, ic);
     }
     td_buf_free(&cat);
     if (rc)
         return rc;
+    td__mergemap_done(&tok->merges, nm);
 
     tok->unk_id = -1;
     json_object *unk = td__tok_jget(m, "unk_token");

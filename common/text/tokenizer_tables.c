@@ -88,28 +88,35 @@ int td__mergemap_init(td__mergemap_t *m, size_t want)
     while (cap < want * 2)
         cap *= 2;
     m->ents = malloc(cap * sizeof(*m->ents));
-    if (!m->ents)
+    m->ids = malloc(TD_MAX(want, 1) * sizeof(*m->ids));
+    if (!m->ents || !m->ids) {
+        free(m->ents);
+        free(m->ids);
+        m->ents = NULL;
+        m->ids = NULL;
         return TD_ENOMEM;
+    }
     for (size_t i = 0; i < cap; i++)
-        m->ents[i].key = UINT64_MAX;
+        m->ents[i] = UINT64_MAX;
     m->mask = cap - 1;
     m->n = 0;
     return 0;
 }
 
 /* Later duplicates overwrite earlier ones, as HF's HashMap collect does. */
-void td__mergemap_put(td__mergemap_t *m, uint64_t key, uint32_t rank, int32_t id)
+void td__mergemap_put(td__mergemap_t *m, int32_t left, int32_t right, uint32_t rank, int32_t id)
 {
-    for (size_t i = td__merge_slot(key, m->mask);; i = (i + 1) & m->mask) {
-        struct td__merge_ent *e = &m->ents[i];
-        if (e->key == UINT64_MAX) {
-            *e = (struct td__merge_ent){.key = key, .rank = rank, .id = id};
+    uint64_t pair = td__merge_pair(left, right);
+    m->ids[rank] = id;
+    for (size_t i = td__merge_slot(pair, m->mask);; i = (i + 1) & m->mask) {
+        uint64_t *e = &m->ents[i];
+        if (*e == UINT64_MAX) {
+            *e = pair | rank;
             m->n++;
             return;
         }
-        if (e->key == key) {
-            e->rank = rank;
-            e->id = id;
+        if ((*e & ~(uint64_t)(TD__MERGE_RANKS - 1)) == pair) {
+            *e = pair | rank;
             return;
         }
     }
@@ -149,4 +156,12 @@ int td__byte_of_char(uint32_t cp)
         __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
     }
     return cp < 324 ? inv[cp] : -1;
+}
+
+void td__mergemap_done(td__mergemap_t *m, size_t nranks)
+{
+    m->by_offset = nranks > 0;
+    m->id_offset = nranks ? m->ids[0] : 0;
+    for (size_t r = 0; r < nranks && m->by_offset; r++)
+        m->by_offset = (int64_t)m->ids[r] == (int64_t)r + m->id_offset;
 }

@@ -453,6 +453,29 @@ START_TEST(test_malformed)
                   "{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a b\"]}", MINI_ADDED,
                   MINI_POST),
         TD_EPARSE, "model.merges[0]"); /* merged token "ab" missing */
+    /* the packed merge table holds ids up to 2^21 - 2: a merge of a larger id is refused, the
+     * largest allowed one still loads */
+    BAD(mini_json("null", MINI_PRETOK,
+                  "{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":2097151,\"ab\":2},"
+                  "\"merges\":[\"a b\"]}",
+                  MINI_ADDED, MINI_POST),
+        TD_EPARSE, "model.merges[0]");
+    {
+        td_tokenizer_t *tok;
+        j = mini_json("null", MINI_PRETOK,
+                      "{\"type\":\"BPE\",\"vocab\":{\"a\":2097149,\"b\":2097150,\"ab\":2,"
+                      "\"c\":0,\"bc\":1,\"ca\":3},\"merges\":[\"b c\",\"a b\"]}",
+                      MINI_ADDED, MINI_POST);
+        ck_assert_msg(td_tokenizer_load_mem(j, strlen(j), NULL, 0, "edge.json", &tok) == 0, "%s",
+                      td_err_msg());
+        free(j);
+        check_encode(tok, "ab", false, (int32_t[]){2}, 1);
+        check_encode(tok, "abc", false, (int32_t[]){2097149, 1}, 2); /* (b, c) ranks first */
+        check_encode(tok, "ba", false, (int32_t[]){2097150, 2097149}, 2);
+        /* "ca" is a token no merge makes: a word of its bytes is not that token */
+        check_encode(tok, "ca", false, (int32_t[]){0, 2097149}, 2);
+        td_tokenizer_free(tok);
+    }
     BAD(mini_json("null",
                   "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
                   "{\"Regex\":\"(ab\"},\"behavior\":\"Isolated\",\"invert\":false},"
