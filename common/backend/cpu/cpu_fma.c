@@ -19,6 +19,7 @@
 
 #ifdef TD_CPU_FMA_KERNELS
 #include <immintrin.h>
+#include <stdatomic.h>
 
 #define K __attribute__((target("avx2,fma,f16c")))
 
@@ -28,11 +29,15 @@
 
 bool td__cpu_fma(void)
 {
-    static int have = -1;
-    if (have < 0)
-        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
-    return have;
+    /* asked from every pool thread: the first answer is kept, read and written atomically */
+    static _Atomic int have = -1;
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
+        h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+            __builtin_cpu_supports("f16c");
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h;
 }
 
 /* Per weight type: fused multiply-adds or separate ones, and how many rows one token's kernel
