@@ -19,14 +19,44 @@ typedef float v8f __attribute__((vector_size(32)));
 
 typedef uint16_t v8u16 __attribute__((vector_size(16)));
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
-/* clang before 15 has no _Float16 on x86; its __fp16 (a storage type, converted exactly to float)
- * serves the same conversions (the libFuzzer build uses Debian's clang 14). */
+/* clang before 15 has no _Float16 on x86, and its __fp16 conversions call a compiler-rt helper
+ * that Debian's clang 14 does not link by default: there, an exact conversion from the bits. */
 #if defined(__clang__) && __clang_major__ < 15 && (defined(__x86_64__) || defined(__i386__))
-typedef __fp16 td_half_t;
+#define TD_HALF_SOFT 1
+static inline float half_bits(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    float f;
+    if (e == 0x1f)
+        u = s | 0x7f800000u | (m << 13); /* inf, nan */
+    else if (e)
+        u = s | ((e + 112u) << 23) | (m << 13);
+    else {
+        f = (float)m * 0x1p-24f; /* zero and subnormals: exact (m < 2^10) */
+        memcpy(&u, &f, 4);
+        u |= s;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
 #else
 typedef _Float16 td_half_t;
-#endif
 typedef td_half_t v8hf __attribute__((vector_size(16)));
+#endif
+
+/* The IEEE half at p (little-endian), exactly as a float. */
+static inline float f16_at(const uint8_t *p)
+{
+#ifdef TD_HALF_SOFT
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return half_bits(h);
+#else
+    td_half_t h;
+    memcpy(&h, p, 2);
+    return (float)h;
+#endif
+}
 
 TD_CPU_KERNEL static void bf16_row(const uint8_t *src, int64_t n, float *out)
 {
@@ -48,17 +78,16 @@ TD_CPU_KERNEL static void bf16_row(const uint8_t *src, int64_t n, float *out)
 TD_CPU_KERNEL static void f16_row_generic(const uint8_t *src, int64_t n, float *out)
 {
     int64_t i = 0;
+#ifndef TD_HALF_SOFT
     for (; i + 8 <= n; i += 8) {
         v8hf h;
         memcpy(&h, src + 2 * i, sizeof(h));
         v8f f = __builtin_convertvector(h, v8f);
         memcpy(out + i, &f, sizeof(f));
     }
-    for (; i < n; i++) {
-        td_half_t h;
-        memcpy(&h, src + 2 * i, 2);
-        out[i] = (float)h;
-    }
+#endif
+    for (; i < n; i++)
+        out[i] = f16_at(src + 2 * i);
 }
 
 TD_CPU_KERNEL TD_CPU_VECTORIZE static void q8_0_row(const uint8_t *src, int64_t n, float *out)
@@ -66,9 +95,7 @@ TD_CPU_KERNEL TD_CPU_VECTORIZE static void q8_0_row(const uint8_t *src, int64_t 
     for (int64_t b = 0; b < n / 32; b++) {
         const uint8_t *blk = src + b * 34;
         const int8_t *q = (const int8_t *)(blk + 2);
-        td_half_t h;
-        memcpy(&h, blk, 2);
-        float d = (float)h, *o = out + b * 32;
+        float d = f16_at(blk), *o = out + b * 32;
         for (int j = 0; j < 32; j++) /* a fixed-length loop the compiler vectorises */
             o[j] = d * (float)q[j];
     }
@@ -99,13 +126,6 @@ static void f16_row(const uint8_t *src, int64_t n, float *out)
     }
 #endif
     f16_row_generic(src, n, out);
-}
-
-static inline float f16_at(const uint8_t *p)
-{
-    td_half_t h;
-    memcpy(&h, p, 2);
-    return (float)h;
 }
 
 TD_CPU_KERNEL TD_CPU_VECTORIZE static void q4_0_row(const uint8_t *src, int64_t n, float *out)
