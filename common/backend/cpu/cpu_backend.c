@@ -149,6 +149,7 @@ static inline void put(const mm_job_t *j, int64_t t, int64_t r, int64_t c0, floa
     *dst = c0 ? *dst + o : o;
 }
 
+#ifdef TD_CPU_FMA_KERNELS
 /* Rows [r0, r1) of the product with cpu_fma.c's kernels: three rows against four tokens at a time
  * (one token at a time for the rest); for a single token, td__cpu_decode_rows rows at a time,
  * summed straight from the stored blocks where a kernel exists. Long rows go in column chunks of a
@@ -186,6 +187,7 @@ static void mm_rows_fma(const mm_job_t *j, int64_t r0, int64_t r1, float *buf)
         }
     }
 }
+#endif
 
 /* Rows [r0, r1) of the product. With four or more tokens: pairs of rows against groups of four
  * tokens (kern_2x4), the rest one by one; otherwise one row at a time. Long rows are dequantised
@@ -196,10 +198,12 @@ static void mm_rows(void *arg, int64_t r0, int64_t r1, int tid)
     const td_mat_t *W = j->W;
     const int64_t ld = j->x_ld, step = j->T >= 4 ? 2 : 1, chunk = SCRATCH_FLOATS / 2;
     float *buf = j->c->scratch[tid];
+#ifdef TD_CPU_FMA_KERNELS
     if (td__cpu_fma()) {
         mm_rows_fma(j, r0, r1, buf);
         return;
     }
+#endif
     for (int64_t r = r0; r < r1; r += step) {
         bool pair = step == 2 && r + 1 < r1;
         for (int64_t c0 = 0; c0 < W->cols; c0 += chunk) {
