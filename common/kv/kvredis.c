@@ -141,6 +141,27 @@ static int msg_header(const td_kvredis_t *r, td_buf_t *msg)
     return rc ? rc : td_buf_append(msg, r->epoch, sizeof(r->epoch));
 }
 
+static void ask_inventory(td_kvredis_t *r);
+
+/* PEXPIRE's answer: 0 when the set is gone (a renewal came after the lease, or Redis lost it).
+ * A worker with no new blocks appends nothing, so without this its set would stay gone and a
+ * router reading the index would drop its blocks: the set is written again at once. */
+static void on_renewed(redisAsyncContext *ac, void *reply, void *priv)
+{
+    (void)priv;
+    td_kvredis_t *r = ac->data ? ((conn_t *)ac->data)->owner : NULL;
+    redisReply *m = reply;
+    if (!r || r->closing || !m)
+        return;
+    if (m->type == REDIS_REPLY_ERROR) {
+        td_logf(TD_LOG_WARN, NULL, "redis: PEXPIRE: %s", m->str);
+    } else if (m->type == REDIS_REPLY_INTEGER && m->integer == 0) {
+        td_logf(TD_LOG_INFO, NULL, "redis: KV index set %s lapsed before its renewal; "
+                "publishing it again", r->set_key);
+        ask_inventory(r);
+    }
+}
+
 void td_kvredis_renew(td_kvredis_t *r)
 {
     TD_ASSERT(r->worker_id);
@@ -148,7 +169,7 @@ void td_kvredis_renew(td_kvredis_t *r)
         return;
     const char *argv[] = {"PEXPIRE", r->set_key, r->lease_ms};
     size_t lens[] = {7, strlen(r->set_key), strlen(r->lease_ms)};
-    redisAsyncCommandArgv(r->cmd.ac, on_reply_checked, (void *)"PEXPIRE", 3, argv, lens);
+    redisAsyncCommandArgv(r->cmd.ac, on_renewed, NULL, 3, argv, lens);
 }
 
 uint64_t td_kvredis_epoch(const td_kvredis_t *r)

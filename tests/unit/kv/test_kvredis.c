@@ -219,6 +219,11 @@ static bool gone(void *a)
     return redis_int("EXISTS %s", a) == 0;
 }
 
+static bool exists(void *a)
+{
+    return redis_int("EXISTS %s", a) == 1;
+}
+
 static bool resets_above(void *a)
 {
     want_t *x = a;
@@ -258,6 +263,15 @@ START_TEST(test_lease_epoch)
         td_kvredis_renew(worker);
     }
     ck_assert_int_eq(redis_int("EXISTS %s", "t:set:d0"), 1);
+    /* the set lapses while the worker is idle (a renewal came too late): the next renewal finds
+     * it gone and the worker writes it again, blocks and all */
+    ck_assert_int_eq(redis_int("DEL %s", "t:set:d0"), 1);
+    memset(inventory, -1, sizeof(inventory));
+    inventory[1] = inventory[2] = 0;
+    td_kvredis_renew(worker);
+    ck_assert(run_until(exists, "t:set:d0", 2000));
+    ck_assert_int_eq(redis_int("STRLEN %s", "t:set:d0"),
+                     TD_KVREDIS_SET_HEADER + 2 * TD_KVREDIS_REC);
     /* the worker dies (no goodbye, no renewal): its set is gone within the lease */
     td_kvredis_close(worker);
     uint64_t t0 = td_now_ns();
