@@ -208,10 +208,13 @@ int td__gguf_parse(td__index_t *ix, const td_mmap_t *m, const char *path)
     uint64_t align = 32;
     const td__gguf_kv_t *ak = td__gguf_find(ix, "general.alignment");
     if (ak) {
-        if (ak->type == TD__GGUF_STRING || ak->type == TD__GGUF_ARRAY || ak->num < 1 ||
-            ak->num > 65536 || ((uint64_t)ak->num & ((uint64_t)ak->num - 1)))
+        /* written as "not within [1, 65536]" so that a NaN float fails it before any cast */
+        if (ak->type == TD__GGUF_STRING || ak->type == TD__GGUF_ARRAY ||
+            !(ak->num >= 1 && ak->num <= 65536))
             return td_err_set(TD_EPARSE, "%s: general.alignment is not a power of two", path);
         align = (uint64_t)ak->num;
+        if ((double)align != ak->num || (align & (align - 1)))
+            return td_err_set(TD_EPARSE, "%s: general.alignment is not a power of two", path);
     }
     /* tensor infos: read them all, then resolve offsets against the data section */
     td__tensor_t *infos = td_calloc(n_tensors ? n_tensors : 1, sizeof(*infos));
