@@ -18,6 +18,9 @@
 /* hiredis' libuv adapter (0.14) drops a poll error, so a refused connect is never reported:
  * an attempt that has not connected by then is abandoned and retried */
 #define CONNECT_TIMEOUT_MS 1000u
+/* and a connection whose peer went away can be left with no event at all: a renewal that is
+ * still unanswered after this long means the command connection is dead, and it is replaced */
+#define REPLY_TIMEOUT_S 3.0
 #define REC TD_KVREDIS_REC
 #define HDR TD_KVREDIS_SET_HEADER
 /* the set is rewritten once its appended records pass twice the live ones plus this */
@@ -97,6 +100,8 @@ struct td_kvredis {
     uint64_t live;        /* publisher: records the set would hold compacted (an estimate) */
     uint64_t logged;      /* publisher: records in the set, from the last append's reply */
     bool inventory_asked; /* publisher: on_state(true, true) is pending a publish_inventory */
+    bool renew_pending;   /* publisher: a PEXPIRE is unanswered, sent at renew_sent */
+    double renew_sent;
     bool foreign_logged;  /* publisher: another epoch owns the set, said once */
     bool closing;
     int open_handles;
@@ -151,6 +156,8 @@ static void on_renewed(redisAsyncContext *ac, void *reply, void *priv)
     (void)priv;
     td_kvredis_t *r = ac->data ? ((conn_t *)ac->data)->owner : NULL;
     redisReply *m = reply;
+    if (r)
+        r->renew_pending = false;
     if (!r || r->closing || !m)
         return;
     if (m->type == REDIS_REPLY_ERROR) {
@@ -162,11 +169,26 @@ static void on_renewed(redisAsyncContext *ac, void *reply, void *priv)
     }
 }
 
+static void conn_down(conn_t *c, const char *why);
+
 void td_kvredis_renew(td_kvredis_t *r)
 {
     TD_ASSERT(r->worker_id);
     if (!r->cmd.up || !r->o.lease_ms)
         return;
+    if (r->renew_pending) {
+        if (td_now_s() - r->renew_sent < REPLY_TIMEOUT_S)
+            return; /* the last one is still on its way */
+        /* unanswered: the connection is dead without hiredis having seen it (a poll error its
+         * libuv adapter drops); replace it, and the reconnect republishes the inventory */
+        redisAsyncContext *ac = r->cmd.ac;
+        ac->data = NULL; /* our callbacks ignore it from now on */
+        conn_down(&r->cmd, "no answer to a lease renewal");
+        redisAsyncFree(ac);
+        return;
+    }
+    r->renew_pending = true;
+    r->renew_sent = td_now_s();
     const char *argv[] = {"PEXPIRE", r->set_key, r->lease_ms};
     size_t lens[] = {7, strlen(r->set_key), strlen(r->lease_ms)};
     redisAsyncCommandArgv(r->cmd.ac, on_renewed, NULL, 3, argv, lens);
@@ -585,8 +607,10 @@ static void conn_down(conn_t *c, const char *why)
         if (r->o.on_state && !r->closing)
             r->o.on_state(false, false, r->o.ud);
     }
-    if (c == &r->cmd)
+    if (c == &r->cmd) {
         r->resyncing = false;
+        r->renew_pending = false;
+    }
     schedule_retry(c);
 }
 

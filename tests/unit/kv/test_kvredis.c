@@ -224,6 +224,17 @@ static bool exists(void *a)
     return redis_int("EXISTS %s", a) == 1;
 }
 
+typedef struct {
+    const mirror_t *m;
+    int ups;
+} ups_t;
+
+static bool up_again(void *a)
+{
+    const ups_t *x = a;
+    return x->m->ups > x->ups;
+}
+
 static bool resets_above(void *a)
 {
     want_t *x = a;
@@ -272,6 +283,23 @@ START_TEST(test_lease_epoch)
     ck_assert(run_until(exists, "t:set:d0", 2000));
     ck_assert_int_eq(redis_int("STRLEN %s", "t:set:d0"),
                      TD_KVREDIS_SET_HEADER + 2 * TD_KVREDIS_REC);
+    /* Redis stops answering (SIGSTOP) with the connection open: the renewal goes unanswered,
+     * and 3 s later the next renewal replaces the connection; once Redis answers again the
+     * worker is connected anew and writes its set again */
+    int downs = wm.downs, ups = wm.ups;
+    kill(redis_pid, SIGSTOP);
+    td_kvredis_renew(worker);
+    uint64_t stop_end = td_now_ns() + 3500000000ull;
+    while (td_now_ns() < stop_end && wm.downs == downs) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(20000);
+        td_kvredis_renew(worker);
+    }
+    ck_assert_int_eq(wm.downs, downs + 1);
+    kill(redis_pid, SIGCONT);
+    ups_t u = {&wm, ups};
+    ck_assert(run_until(up_again, &u, 8000));
+    ck_assert(run_until(exists, "t:set:d0", 2000));
     /* the worker dies (no goodbye, no renewal): its set is gone within the lease */
     td_kvredis_close(worker);
     uint64_t t0 = td_now_ns();
