@@ -38,6 +38,19 @@ static const char APPEND_SCRIPT[] =
     "redis.call('PUBLISH', ARGV[4], ARGV[5] .. ARGV[2])\n"
     "return n\n";
 
+/* An orderly stop: the set removed while it is ours, its id with it, and the news published (a
+ * RESET: subscribers read the set, find none and forget the worker's blocks).
+ * KEYS[1] the set, KEYS[2] the workers' set; ARGV: header, worker id, channel, message.
+ * Returns 1 when removed, 0 when it was gone or another epoch's. */
+static const char LEAVE_SCRIPT[] =
+    "if redis.call('GETRANGE', KEYS[1], 0, 15) ~= ARGV[1] then return 0 end\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "redis.call('SREM', KEYS[2], ARGV[2])\n"
+    "redis.call('PUBLISH', ARGV[3], ARGV[4])\n"
+    "return 1\n";
+/* how long td_kvredis_leave's teardown waits for that script's answer */
+#define LEAVE_WAIT_MS 1000u
+
 static void put_le64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
@@ -805,4 +818,43 @@ void td_kvredis_close(td_kvredis_t *r)
     uv_timer_stop(&r->cmd.retry);
     uv_timer_stop(&r->sub.retry);
     uv_timer_start(&r->flush, teardown, 0, 0);
+}
+
+/* The leave script answered (or the connection went: a NULL reply): tear down now. */
+static void on_left(redisAsyncContext *ac, void *reply, void *priv)
+{
+    (void)priv;
+    td_kvredis_t *r = ac->data ? ((conn_t *)ac->data)->owner : NULL;
+    redisReply *m = reply;
+    if (!r)
+        return; /* torn down already (the wait ran out) */
+    if (m && m->type == REDIS_REPLY_ERROR)
+        td_logf(TD_LOG_WARN, NULL, "redis: KV index leave: %s", m->str);
+    else if (m && m->type == REDIS_REPLY_INTEGER && m->integer == 1)
+        td_logf(TD_LOG_INFO, NULL, "redis: KV index set %s removed", r->set_key);
+    uv_timer_start(&r->flush, teardown, 0, 0);
+}
+
+void td_kvredis_leave(td_kvredis_t *r)
+{
+    if (!r || r->closing)
+        return;
+    TD_ASSERT(r->worker_id);
+    td_buf_t msg;
+    td_buf_init(&msg);
+    uint8_t reset[REC] = {TD_KVREDIS_RESET};
+    bool sent = false;
+    if (r->cmd.up && msg_header(r, &msg) == 0 && td_buf_append(&msg, reset, REC) == 0) {
+        const char *argv[] = {"EVAL",        LEAVE_SCRIPT,  "2",        r->set_key,
+                              r->workers_key, (char *)r->header, r->worker_id, r->channel,
+                              msg.data};
+        size_t lens[] = {4, sizeof(LEAVE_SCRIPT) - 1, 1, strlen(r->set_key),
+                         strlen(r->workers_key), HDR, strlen(r->worker_id), strlen(r->channel),
+                         msg.len};
+        sent = redisAsyncCommandArgv(r->cmd.ac, on_left, NULL, 9, argv, lens) == REDIS_OK;
+    }
+    td_buf_free(&msg);
+    td_kvredis_close(r);
+    if (sent) /* teardown once the script answers, or after the wait */
+        uv_timer_start(&r->flush, teardown, LEAVE_WAIT_MS, 0);
 }

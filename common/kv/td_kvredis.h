@@ -10,7 +10,8 @@
  *                       APPENDed, so the set is its inventory replayed with the events after it.
  *                       A reader replays the records in order (a later record of a block wins).
  *                       With a lease the key expires lease_ms after the last renew or flush, so
- *                       a dead worker's set goes by itself.
+ *                       a dead worker's set goes by itself; one that stops in order removes
+ *                       it at once (td_kvredis_leave).
  *   <ns>:workers        a SET of the worker ids that ever wrote a set (resync reads their sets
  *                       with one MGET; an id whose set expired reads as nil)
  *   <ns>:events         a pub/sub channel; each message is the worker id, a NUL, the epoch
@@ -95,6 +96,11 @@ typedef struct td_kvredis_opts {
 td_kvredis_t *td_kvredis_new(uv_loop_t *loop, const td_kvredis_opts_t *opts);
 /* Close connections and free once closed (pending events are dropped). */
 void td_kvredis_close(td_kvredis_t *r);
+/* Publishers, on an orderly stop: remove the worker's set from Redis (only while it carries this
+ * publisher's epoch) and its id from the workers' set, and publish a RESET, so that routers drop
+ * its blocks at once instead of when the lease runs out; then close as td_kvredis_close. The
+ * teardown waits for Redis's answer, at most 1 s. While disconnected it is td_kvredis_close. */
+void td_kvredis_leave(td_kvredis_t *r);
 bool td_kvredis_connected(const td_kvredis_t *r);
 
 /* Publishers: queue one event (dropped while disconnected). 0, TD_ENOMEM. */

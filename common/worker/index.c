@@ -131,6 +131,6 @@ void td_wk_index_stop(td_worker_t *w)
     w->pool.on_cache = NULL;
     if (w->disk)
         td_kvdisk_set_listener(w->disk, NULL, NULL);
-    td_kvredis_close(w->index);
+    td_kvredis_leave(w->index); /* routers forget our blocks now, not at the lease's end */
     w->index = NULL;
 }

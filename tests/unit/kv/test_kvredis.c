@@ -444,6 +444,71 @@ START_TEST(test_set_upkeep)
 }
 END_TEST
 
+static bool none_of_d0(void *a)
+{
+    return count(a, 0) == 0;
+}
+
+static bool newest_holds_5(void *a)
+{
+    const mirror_t *m = a;
+    return m->epoch == 9 && count(m, 0) == 1 && m->tier[0][5] == 0;
+}
+
+/* An orderly stop removes the worker's set, and routers forget its blocks at once, well inside
+ * the lease; a process whose set another epoch has since replaced leaves that set alone. */
+START_TEST(test_leave)
+{
+    char addr[32];
+    redis_setup(&loop, addr);
+    memset(inventory, -1, sizeof(inventory));
+    mirror_t wm = {0}, rm = {0};
+    memset(rm.tier, -1, sizeof(rm.tier));
+    td_kvredis_opts_t wo = {.addr = addr, .ns = "t", .worker_id = "d0", .epoch = 7,
+                            .lease_ms = 60000, .on_state = worker_state, .ud = &wm};
+    td_kvredis_opts_t ro = {.addr = addr, .ns = "t", .subscribe = true, .on_events = on_events,
+                            .on_state = on_state, .ud = &rm};
+    td_kvredis_t *router = td_kvredis_new(&loop, &ro);
+    worker = td_kvredis_new(&loop, &wo);
+    want_t w = {&rm, 0, 0, -1, router, 1};
+    ck_assert(run_until(have, &w, 5000));
+    publish(3, 0);
+    publish(4, 2);
+    w = (want_t){&rm, 0, 2, 2, NULL, 0};
+    ck_assert(run_until(have, &w, 5000));
+    ck_assert_int_eq(redis_int("SISMEMBER t:workers %s", "d0"), 1);
+    uint64_t t0 = td_now_ns();
+    td_kvredis_leave(worker);
+    ck_assert(run_until(none_of_d0, &rm, 2000));
+    ck_assert_uint_lt(td_now_ns() - t0, 1500000000ull); /* not the 60 s lease */
+    ck_assert_int_eq(redis_int("EXISTS %s", "t:set:d0"), 0);
+    ck_assert_int_eq(redis_int("SISMEMBER t:workers %s", "d0"), 0);
+    /* two processes of one id: the newer one's set replaced the older's; the older leaving
+     * removes nothing */
+    memset(inventory, -1, sizeof(inventory));
+    inventory[5] = 0;
+    wo.epoch = 8;
+    td_kvredis_t *old = td_kvredis_new(&loop, &wo);
+    worker = old;
+    ck_assert(run_until(exists, "t:set:d0", 5000));
+    wo.epoch = 9;
+    worker = td_kvredis_new(&loop, &wo);
+    ck_assert(run_until(newest_holds_5, &rm, 5000));
+    td_kvredis_leave(old);
+    uint64_t end = td_now_ns() + 1500000000ull;
+    while (td_now_ns() < end) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(2000);
+    }
+    ck_assert_int_eq(redis_int("EXISTS %s", "t:set:d0"), 1);
+    ck_assert_int_eq(count(&rm, 0), 1);
+    td_kvredis_close(worker);
+    td_kvredis_close(router);
+    loop_finish(&loop);
+    redis_stop();
+}
+END_TEST
+
 START_TEST(test_bad_address)
 {
     uv_loop_init(&loop);
@@ -462,6 +527,7 @@ int main(void)
     tcase_add_test(tc, test_lease_epoch);
     tcase_add_test(tc, test_set_parse);
     tcase_add_test(tc, test_set_upkeep);
+    tcase_add_test(tc, test_leave);
     tcase_add_test(tc, test_bad_address);
     suite_add_tcase(s, tc);
     return td_check_run(s);
