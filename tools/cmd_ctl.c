@@ -398,7 +398,8 @@ static void gen_req_free(gen_req_t *g)
     free(g->prompt_ids);
 }
 
-static int cmd_generate(ctl_t *c, int argc, char **argv)
+/* generate's options into g (before anything is sent). 0, or TD_EINVAL naming the option. */
+static int generate_parse(int argc, char **argv, gen_req_t *g, bool *print_ids)
 {
     enum { O_PROMPT = 256, O_MSGS, O_IDS, O_STOP, O_PRINTIDS };
     static const struct option opts[] = {{"prompt", required_argument, 0, O_PROMPT},
@@ -408,53 +409,55 @@ static int cmd_generate(ctl_t *c, int argc, char **argv)
                                          {"stop", required_argument, 0, O_STOP},
                                          {"ids", no_argument, 0, O_PRINTIDS},
                                          {0, 0, 0, 0}};
-    gen_req_t g;
-    gen_req_init(&g);
-    bool print_ids = false;
     int ch, rc = 0;
     optind = 1;
     opterr = 0;
     while (rc == 0 && (ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
         case O_PROMPT:
-            g.r.prompt = optarg;
+            g->r.prompt = optarg;
             break;
         case O_MSGS:
-            g.r.messages_json = optarg;
+            g->r.messages_json = optarg;
             break;
         case O_IDS:
-            free(g.prompt_ids);
-            g.prompt_ids = NULL;
-            g.r.n_tokens = 0;
-            rc = td_sampling_flags_parse_ids("--prompt-ids", optarg, false, &g.prompt_ids,
-                                             &g.r.n_tokens);
-            g.r.tokens = g.prompt_ids;
+            free(g->prompt_ids);
+            g->prompt_ids = NULL;
+            g->r.n_tokens = 0;
+            rc = td_sampling_flags_parse_ids("--prompt-ids", optarg, false, &g->prompt_ids,
+                                             &g->r.n_tokens);
+            g->r.tokens = g->prompt_ids;
             break;
         case O_STOP:
-            if (g.r.n_stop < TD_ARRAY_LEN(g.stop_store))
-                g.stop_store[g.r.n_stop++] = optarg;
+            if (g->r.n_stop < TD_ARRAY_LEN(g->stop_store))
+                g->stop_store[g->r.n_stop++] = optarg;
             else
                 rc = td_err_set(TD_EINVAL, "generate: more than %zu --stop strings",
-                                TD_ARRAY_LEN(g.stop_store));
+                                TD_ARRAY_LEN(g->stop_store));
             break;
         case O_PRINTIDS:
-            print_ids = true;
+            *print_ids = true;
             break;
         default:
             if (td_sampling_flags_has(ch))
-                rc = td_sampling_flags_apply(ch, optarg, &g.smp);
+                rc = td_sampling_flags_apply(ch, optarg, &g->smp);
             else
                 rc = td_err_set(TD_EINVAL, "generate: unknown or incomplete option \"%s\"",
                                 argv[optind - 1]);
         }
     }
-    if (!rc && !g.r.prompt && !g.r.messages_json && !g.r.n_tokens)
+    if (!rc && !g->r.prompt && !g->r.messages_json && !g->r.n_tokens)
         rc = td_err_set(TD_EINVAL, "generate: give --prompt, --messages or --prompt-ids");
-    gen_req_ready(&g);
+    return rc;
+}
+
+/* Stream the completion g (parsed by generate_parse) and print it. */
+static int cmd_generate(ctl_t *c, gen_req_t *g, bool print_ids)
+{
+    gen_req_ready(g);
     gen_out_t o = {.stream = true};
     td_buf_init(&o.text);
-    if (!rc)
-        rc = td_client_generate(c->cl, &g.r, on_chunk, &o, c->timeout);
+    int rc = td_client_generate(c->cl, &g->r, on_chunk, &o, c->timeout);
     if (!rc) {
         printf("\n");
         if (print_ids) {
@@ -468,7 +471,6 @@ static int cmd_generate(ctl_t *c, int argc, char **argv)
     }
     td_buf_free(&o.text);
     free(o.ids);
-    gen_req_free(&g);
     return rc;
 }
 
@@ -661,41 +663,77 @@ int td_cmd_ctl(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* the command and its arguments are checked before anything connects */
+    enum { C_STATUS, C_WORKERS, C_REQUESTS, C_CACHE, C_DRAIN, C_UNDRAIN, C_TOKENIZE, C_GENERATE,
+           C_BATCH, C_BAD };
     const char *cmd = argv[i];
+    int nargs = argc - i;
+    char **args = argv + i;
+    bool json = nargs == 2 && !strcmp(args[1], "--json");
+    int which = C_BAD;
+    if (!strcmp(cmd, "status") && nargs == 1)
+        which = C_STATUS;
+    else if (!strcmp(cmd, "workers") && (nargs == 1 || json))
+        which = C_WORKERS;
+    else if (!strcmp(cmd, "requests") && (nargs == 1 || json))
+        which = C_REQUESTS;
+    else if (!strcmp(cmd, "cache") && (nargs == 1 || json))
+        which = C_CACHE;
+    else if (!strcmp(cmd, "drain") && nargs == 2)
+        which = C_DRAIN;
+    else if (!strcmp(cmd, "undrain") && nargs == 2)
+        which = C_UNDRAIN;
+    else if (!strcmp(cmd, "tokenize") && nargs == 2)
+        which = C_TOKENIZE;
+    else if (!strcmp(cmd, "generate"))
+        which = C_GENERATE;
+    else if (!strcmp(cmd, "batch") && nargs == 2)
+        which = C_BATCH;
+    if (which == C_BAD) {
+        fprintf(stderr, "tandem ctl: unknown command or wrong arguments: %s\n\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    gen_req_t g;
+    gen_req_init(&g);
+    bool print_ids = false;
+    int rc = which == C_GENERATE ? generate_parse(nargs, args, &g, &print_ids) : 0;
     uint8_t *secret;
     size_t slen;
-    int rc = td_rpc_secret_load(getenv("TANDEM_CLUSTER_SECRET"), c.secret_file, &secret, &slen);
-    if (!rc) {
+    if (!rc && !(rc = td_rpc_secret_load(getenv("TANDEM_CLUSTER_SECRET"), c.secret_file, &secret,
+                                         &slen))) {
         rc = td_client_open(c.router, secret, slen, "tandem-ctl", TD_MIN(c.timeout, 10.0), &c.cl);
         free(secret);
     }
     if (!rc) {
-        int nargs = argc - i;
-        char **args = argv + i;
-        bool json = nargs == 2 && !strcmp(args[1], "--json");
-        if (!strcmp(cmd, "status"))
+        switch (which) {
+        case C_STATUS:
             rc = cmd_status(&c, NULL, false);
-        else if (!strcmp(cmd, "workers") && (nargs == 1 || json))
+            break;
+        case C_WORKERS:
             rc = cmd_workers(&c, json);
-        else if (!strcmp(cmd, "requests") && (nargs == 1 || json))
+            break;
+        case C_REQUESTS:
             rc = cmd_requests(&c, json);
-        else if (!strcmp(cmd, "cache") && (nargs == 1 || json))
+            break;
+        case C_CACHE:
             rc = cmd_cache(&c, json);
-        else if ((!strcmp(cmd, "drain") || !strcmp(cmd, "undrain")) && nargs == 2)
-            rc = cmd_status(&c, args[1], !strcmp(cmd, "undrain"));
-        else if (!strcmp(cmd, "tokenize") && nargs == 2)
+            break;
+        case C_DRAIN:
+        case C_UNDRAIN:
+            rc = cmd_status(&c, args[1], which == C_UNDRAIN);
+            break;
+        case C_TOKENIZE:
             rc = cmd_tokenize(&c, args[1]);
-        else if (!strcmp(cmd, "generate"))
-            rc = cmd_generate(&c, nargs, args);
-        else if (!strcmp(cmd, "batch") && nargs == 2)
+            break;
+        case C_GENERATE:
+            rc = cmd_generate(&c, &g, print_ids);
+            break;
+        default:
             rc = cmd_batch(&c, args[1]);
-        else {
-            td_client_close(c.cl);
-            fprintf(stderr, "tandem ctl: unknown command or wrong arguments: %s\n\n", cmd);
-            usage(stderr);
-            return 2;
         }
     }
+    gen_req_free(&g);
     td_client_close(c.cl);
     if (rc) {
         fprintf(stderr, "tandem ctl: %s\n", td_err_msg());

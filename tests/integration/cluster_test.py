@@ -262,6 +262,16 @@ def scenario_malformed(build):
                            text=True, timeout=30)
         check(r.returncode != 0, "a client with the wrong secret was served")
         print("wrong-secret client: %s" % r.stderr.strip())
+        # bad ctl arguments are refused before anything connects or reads a secret: the
+        # message names the option, not the closed port or the missing secret
+        env = {k: v for k, v in os.environ.items() if k != "TANDEM_CLUSTER_SECRET"}
+        for args, want in ((["generate", "--prompt", "hi", "--temperature", "x"], "--temperature"),
+                           (["generate", "--bogus"], "--bogus"), (["frob"], "frob")):
+            r = subprocess.run([os.path.join(build, "tools", "tandem"), "ctl", "--router",
+                                "127.0.0.1:1"] + args, capture_output=True, text=True,
+                               timeout=30, env=env)
+            check(r.returncode in (1, 2) and want in r.stderr and "no cluster secret" not in r.stderr,
+                  "ctl %s: rc %d, %r" % (args, r.returncode, r.stderr))
         ok_request()
         codes = cl.stop()
         check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
