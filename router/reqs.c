@@ -137,10 +137,7 @@ static void add_worker(char *out, size_t cap, const char *id)
     snprintf(out + len, cap - len, "%s%s", len ? "," : "", id);
 }
 
-/* The one line logged for every request that ends (INFO): both ids, the outcome (`http_status`
- * 0: ok, with the first sequence's finish reason; else the status and `err`), usage as the
- * client's response counts it, the workers of the last attempt, TTFT and end-to-end seconds. */
-static void log_end(const td_job_t *j, int http_status, const char *err)
+void td__reqs_log_end(const td_job_t *j, int http_status, const char *err)
 {
     if (!td_log_enabled(TD_LOG_INFO))
         return;
@@ -211,7 +208,7 @@ void td__reqs_job_fail(td_job_t *j, int http_status, int code, const char *msg)
             td__reqs_detach(rt, &j->seqs[i], true);
     td__reqs_job_unlink(rt, j);
     td_metric_add(rt->m_ok_abort, 1);
-    log_end(j, http_status, msg);
+    td__reqs_log_end(j, http_status, msg);
     j->ops->fail(j, http_status, code, msg);
 }
 
@@ -224,7 +221,7 @@ void td__reqs_job_maybe_done(td_job_t *j)
     td__reqs_job_unlink(rt, j);
     double now = td_now_s();
     td_metric_observe(rt->m_e2e, now - j->t_arrival);
-    log_end(j, 0, NULL);
+    td__reqs_log_end(j, 0, NULL);
     j->ops->done(j);
 }
 

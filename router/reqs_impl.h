@@ -42,6 +42,10 @@ void td__reqs_job_unlink(td_router_t *rt, td_job_t *j);
 /* End j with a failure: cancel every unfinished sequence, count it, call ops->fail. Nothing when
  * it ended already. After this the job is the front end's to free. */
 void td__reqs_job_fail(td_job_t *j, int http_status, int code, const char *msg);
+/* The one line logged for every request that ends (INFO): both ids, the outcome (`http_status`
+ * 0: ok, with the first sequence's finish reason; else the status and `err`), usage as the
+ * client's response counts it, the workers of the last attempt, TTFT and end-to-end seconds. */
+void td__reqs_log_end(const td_job_t *j, int http_status, const char *err);
 /* When every sequence of j finished: end it and call ops->done. */
 void td__reqs_job_maybe_done(td_job_t *j);
 

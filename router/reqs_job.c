@@ -198,11 +198,14 @@ void td_job_free(td_job_t *j)
     if (!j)
         return;
     td_router_t *rt = j->rt;
-    if (!j->ended && j->started) {
+    if (!j->ended && j->started) { /* its front end went before it ended: it ends here */
         for (size_t i = 0; i < j->n_seqs; i++)
             if (j->seqs[i].state != TD_SEQ_DONE)
                 td__reqs_detach(rt, &j->seqs[i], true);
         td__reqs_job_unlink(rt, j);
+        td_metric_add(rt->m_ok_abort, 1);
+        td__reqs_log_end(j, j->abort_status ? j->abort_status : 499,
+                         j->abort_msg ? j->abort_msg : "the client went away");
     }
     for (size_t i = 0; i < j->n_seqs; i++) {
         free(j->seqs[i].prompt);

@@ -685,6 +685,10 @@ def sc_disconnect():
     # the prefill had not finished: it is canceled too
     p.wait_line(r"^prefill_task id=%s " % rid)
     p.wait_line(r"^cancel id=%s$" % rid, timeout=5)
+    # the request still gets its one log line: failed, 499, the reason
+    ln = wait_until(lambda: request_line(rt, "r-%s" % rid), 5, "request line for r-%s" % rid)
+    check(ln.get("status") == "499" and ln.get("error") == "the client disconnected" and
+          ln.get("api") == "completions", "the streaming disconnect's line: %s" % ln)
     time.sleep(2.2)
     check(not p.has(r"^prefill_done id=%s" % rid), "a canceled prefill never completes")
     st, _, _, _ = rt.request("GET", "/health")
@@ -703,7 +707,9 @@ def sc_disconnect():
     d.wait_line(r"^cancel id=%s$" % rid, timeout=5)
     p.wait_line(r"^cancel id=%s$" % rid, timeout=5)
     print("non-streaming client gone: canceled on both workers after %.2f s" % (time.time() - t0))
-    check("the client disconnected" in rt.stderr(), "logged as a disconnect")
+    ln = wait_until(lambda: request_line(rt, "r-%s" % rid), 5, "request line for r-%s" % rid)
+    check(ln.get("status") == "499" and ln.get("error") == "the client disconnected",
+          "the non-streaming disconnect's line: %s" % ln)
     st, _, _, _ = rt.request("GET", "/health")
     check(st == 200, "still healthy")
     rt.stop()
