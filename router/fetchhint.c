@@ -22,18 +22,22 @@ static bool can_serve(const td_worker_t *w, const td_worker_t *p)
            memcmp(w->fp, p->fp, p->fp_len) == 0 && w->block_tokens == p->block_tokens;
 }
 
-bool td_fetchhint_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *p, Tandem__FetchHint *h)
+const td_worker_t *td_fetchhint_pick(td_router_t *rt, td_seq_t *s, const td_worker_t *p,
+                                     uint64_t have_tokens, uint64_t *memo, uint64_t *gain_blocks)
 {
     uint64_t bt = p->block_tokens;
+    *gain_blocks = 0;
     if (!rt->kvm || rt->cfg.fetch_min_blocks == 0 || bt == 0)
-        return false;
-    uint64_t have = td_kvmirror_cached(rt, s, p) / bt, best_n = have;
+        return NULL;
+    uint64_t have = have_tokens / bt, best_n = have;
     const td_worker_t *best = NULL;
     for (size_t i = 0; i < rt->n_workers; i++) {
         const td_worker_t *w = rt->workers[i];
         if (!can_serve(w, p))
             continue;
-        uint64_t n = td_kvmirror_cached(rt, s, w) / bt;
+        if (memo && memo[i] == UINT64_MAX)
+            memo[i] = td_kvmirror_cached(rt, s, w);
+        uint64_t n = (memo ? memo[i] : td_kvmirror_cached(rt, s, w)) / bt;
         if (n > best_n || (best && n == best_n && best->role != TANDEM__ROLE__ROLE_PREFILL &&
                            w->role == TANDEM__ROLE__ROLE_PREFILL)) {
             best = w;
@@ -41,12 +45,24 @@ bool td_fetchhint_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *p, Tande
         }
     }
     if (!best || best_n - have < rt->cfg.fetch_min_blocks)
-        return false;
+        return NULL;
     uint64_t gain = best_n - have;
     if (p->fetch_bps > 0 && p->s_per_token > 0 && p->block_bytes > 0 &&
         (double)gain * (double)p->block_bytes / p->fetch_bps >=
             (double)(gain * bt) * p->s_per_token)
-        return false; /* measured: computing them is quicker */
+        return NULL; /* measured: computing them is quicker */
+    *gain_blocks = gain;
+    return best;
+}
+
+bool td_fetchhint_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *p, Tandem__FetchHint *h)
+{
+    uint64_t bt = p->block_tokens, have = td_kvmirror_cached(rt, s, p), gain;
+    const td_worker_t *best = td_fetchhint_pick(rt, s, p, have, NULL, &gain);
+    if (!best)
+        return false;
+    have /= bt;
+    uint64_t best_n = have + gain;
     tandem__fetch_hint__init(h);
     h->holder = best->id;
     h->holder_blob.data = best->blob;

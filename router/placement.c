@@ -158,15 +158,32 @@ static double slow_cost_per_token(const td_placer_t *p, const td_place_load_t *l
     return l->slow_s_per_token > 0 ? TD_MIN(l->slow_s_per_token, compute) : 0.5 * compute;
 }
 
+/* What fetching one token's KV from another worker costs this one, in seconds (the hint is only
+ * sent when it is quicker than computing; half the compute cost until measured, as for disk). */
+static double fetch_cost_per_token(const td_placer_t *p, const td_place_load_t *l)
+{
+    double compute = cost_per_token(p, l);
+    return l->fetch_s_per_token > 0 ? TD_MIN(l->fetch_s_per_token, compute) : 0.5 * compute;
+}
+
+/* Tokens the worker would compute for this request, and the ones it would fetch (*fetch). */
+static uint64_t kv_computed(const td_place_load_t *l, uint64_t tokens, bool hot, uint64_t *fetch)
+{
+    uint64_t cached = hot ? 0 : TD_MIN(l->cached_tokens, tokens);
+    *fetch = hot ? 0 : TD_MIN(l->fetch_tokens, tokens - cached);
+    return tokens - cached - *fetch;
+}
+
 /* The request's own prefill on this worker, in seconds; a `hot` worker gets no cache credit. */
 static double kv_own(const td_placer_t *p, const td_place_load_t *l, const req_t *rq, bool hot)
 {
     if (rq->k == DECODE && !l->local)
         return rq->remote_s;
+    uint64_t fetch, computed = kv_computed(l, rq->tokens, hot, &fetch);
     uint64_t cached = hot ? 0 : TD_MIN(l->cached_tokens, rq->tokens);
     uint64_t slow = TD_MIN(l->cached_slow_tokens, cached);
-    return (double)(rq->tokens - cached) * cost_per_token(p, l) +
-           (double)slow * slow_cost_per_token(p, l);
+    return (double)computed * cost_per_token(p, l) + (double)slow * slow_cost_per_token(p, l) +
+           (double)fetch * fetch_cost_per_token(p, l);
 }
 
 /* Sequences a decode worker runs or was just given. */
@@ -279,8 +296,9 @@ int td_place_prefill(td_placer_t *p, td_place_load_t *loads, size_t n, uint64_t 
 {
     req_t rq = {PREFILL, tokens, tokens, 0};
     int i = pick(p, loads, n, &rq);
+    uint64_t fetch;
     if (i >= 0)
-        loads[i].pending_tokens += tokens - TD_MIN(loads[i].cached_tokens, tokens);
+        loads[i].pending_tokens += kv_computed(&loads[i], tokens, false, &fetch);
     return i;
 }
 

@@ -118,8 +118,10 @@ static bool local_on(const td_router_t *rt, const td_seq_t *s, const td_worker_t
 }
 
 /* kv_aware: what w holds of s by the cluster index, and what its slower tiers cost it (its last
- * heartbeat's measured disk load cost). */
-static void kv_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *w, td_place_load_t *l)
+ * heartbeat's measured disk load cost); for a prefill worker also what it would fetch from
+ * another worker, and at what measured cost. `memo`: td_fetchhint_pick's, for this request. */
+static void kv_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *w, td_place_load_t *l,
+                    uint64_t *memo)
 {
     l->cached_tokens = td_kvmirror_cached_tiers(rt, s, w, &l->cached_slow_tokens);
     l->s_per_token = w->s_per_token;
@@ -127,11 +129,32 @@ static void kv_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *w, td_place
     for (size_t i = 0; i < w->n_hb_cache; i++)
         if (strcmp(w->hb_cache[i].name, "disk") == 0)
             l->slow_s_per_token = w->hb_cache[i].load_s_per_token;
+    l->fetch_tokens = 0;
+    l->fetch_s_per_token = 0;
+    uint64_t gain;
+    if (w->role == TANDEM__ROLE__ROLE_PREFILL && memo &&
+        td_fetchhint_pick(rt, s, w, l->cached_tokens, memo, &gain)) {
+        l->fetch_tokens = gain * w->block_tokens;
+        if (w->fetch_bps > 0 && w->block_bytes > 0)
+            l->fetch_s_per_token = (double)w->block_bytes / w->fetch_bps / (double)w->block_tokens;
+    }
+}
+
+/* td_fetchhint_pick's memo for one request: UINT64_MAX (not asked) per worker; NULL when out of
+ * memory or without an index (then no fetch is predicted). */
+static uint64_t *fetch_memo(td_router_t *rt)
+{
+    if (!rt->kvm || rt->cfg.fetch_min_blocks == 0 || !rt->n_workers)
+        return NULL;
+    uint64_t *m = malloc(rt->n_workers * sizeof(*m));
+    if (m)
+        memset(m, 0xff, rt->n_workers * sizeof(*m));
+    return m;
 }
 
 /* kv_aware: the predicted time to first token of s on the best live prefill worker (what a decode
  * worker that does not prefill s itself waits for). */
-static double remote_prefill_s(td_router_t *rt, td_seq_t *s)
+static double remote_prefill_s(td_router_t *rt, td_seq_t *s, uint64_t *memo)
 {
     double best = -1;
     for (size_t i = 0; i < rt->n_workers; i++) {
@@ -139,7 +162,7 @@ static double remote_prefill_s(td_router_t *rt, td_seq_t *s)
         if (w->role != TANDEM__ROLE__ROLE_PREFILL || !live(w))
             continue;
         td_place_load_t l = w->load;
-        kv_fill(rt, s, w, &l);
+        kv_fill(rt, s, w, &l, memo);
         double t = td_place_prefill_ttft(&rt->placer, &l, s->n_prompt);
         if (best < 0 || t < best)
             best = t;
@@ -155,6 +178,7 @@ td_worker_t *td__reqs_choose(td_router_t *rt, int role, td_seq_t *s, const td_wo
     td_worker_t **cand = td_calloc(rt->n_workers ? rt->n_workers : 1, sizeof(*cand));
     td_place_load_t *loads = td_calloc(rt->n_workers ? rt->n_workers : 1, sizeof(*loads));
     td_worker_t *out = NULL;
+    uint64_t *memo = kv ? fetch_memo(rt) : NULL;
     if (!cand || !loads)
         goto out;
     for (size_t i = 0; i < rt->n_workers; i++) {
@@ -168,7 +192,7 @@ td_worker_t *td__reqs_choose(td_router_t *rt, int role, td_seq_t *s, const td_wo
         cand[n] = w;
         loads[n] = w->load;
         if (kv) {
-            kv_fill(rt, s, w, &loads[n]);
+            kv_fill(rt, s, w, &loads[n], memo);
             if (role == TANDEM__ROLE__ROLE_DECODE)
                 loads[n].local = local_on(rt, s, w, loads[n].cached_tokens);
         }
@@ -178,7 +202,7 @@ td_worker_t *td__reqs_choose(td_router_t *rt, int role, td_seq_t *s, const td_wo
         goto out;
     int k = role == TANDEM__ROLE__ROLE_DECODE
                 ? td_place_decode_prompt(&rt->placer, loads, n, (uint32_t)amount, s->n_prompt,
-                                         kv ? remote_prefill_s(rt, s) : 0)
+                                         kv ? remote_prefill_s(rt, s, memo) : 0)
                 : td_place_prefill(&rt->placer, loads, n, amount);
     if (k >= 0) {
         out = cand[k];
@@ -191,6 +215,7 @@ td_worker_t *td__reqs_choose(td_router_t *rt, int role, td_seq_t *s, const td_wo
         }
     }
 out:
+    free(memo);
     free(cand);
     free(loads);
     return out;

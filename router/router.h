@@ -398,6 +398,12 @@ size_t td_kvmirror_blocks(const td_router_t *rt);
  * computing them): the holder that holds most, a prefill worker on ties. h points into that
  * worker's registry entry: send it before the loop runs again. Returns whether h was filled. */
 bool td_fetchhint_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *p, Tandem__FetchHint *h);
+/* The rule behind it, for the hint and for kv_aware's prediction alike: the holder p would be
+ * told to fetch from (NULL: none) and the blocks it would fetch (*gain_blocks), given the
+ * `have_tokens` of s that p holds itself. `memo` (NULL, or one entry per rt->workers[i],
+ * UINT64_MAX until asked) keeps each worker's cached tokens of s across calls for one request. */
+const td_worker_t *td_fetchhint_pick(td_router_t *rt, td_seq_t *s, const td_worker_t *p,
+                                     uint64_t have_tokens, uint64_t *memo, uint64_t *gain_blocks);
 
 /* ---- front ends ---------------------------------------------------------------------------- */
 

@@ -106,6 +106,18 @@ START_TEST(test_hint_rule)
     ck_assert_uint_eq(fh.blocks, 4);
     ck_assert_uint_eq(fh.holder_blob.len, 1);
     ck_assert_mem_eq(fh.holder_blob.data, "q", 1);
+    /* the same rule for kv_aware's prediction: 3 blocks past p's own 1, each worker asked once
+     * (p itself and the other layout never) */
+    uint64_t memo[N], gain;
+    memset(memo, 0xff, sizeof(memo));
+    ck_assert_ptr_eq(td_fetchhint_pick(&rt, &s, &w[P], 4, memo, &gain), &w[Q]);
+    ck_assert_uint_eq(gain, 3);
+    ck_assert_uint_eq(memo[D], 16);
+    ck_assert_uint_eq(memo[Q], 16);
+    ck_assert_uint_eq(memo[P], UINT64_MAX);
+    ck_assert_uint_eq(memo[OTHER], UINT64_MAX);
+    ck_assert_ptr_eq(td_fetchhint_pick(&rt, &s, &w[Q], 16, memo, &gain), NULL);
+    ck_assert_uint_eq(gain, 0);
     /* without q, the decode worker */
     w[Q].conn = NULL;
     ck_assert(td_fetchhint_fill(&rt, &s, &w[P], &fh));

@@ -1,5 +1,6 @@
 /* test_placement.c: placement policies, high-water marks and the local pending estimate;
- * kv_aware's cache affinity, its imbalance guard, and its least_loaded order without an index. */
+ * kv_aware's cache affinity, its imbalance guard, the disk tier and fetches from other workers
+ * at their cost, and its least_loaded order without an index. */
 #include "placement.h"
 #include "td_error.h"
 #include "td_util.h"
@@ -300,6 +301,41 @@ START_TEST(test_kv_aware_disk_tier)
 }
 END_TEST
 
+/* Tokens a prefill worker would fetch from another worker's cache count at the fetch's cost, not
+ * the compute's: an emptier worker that can fetch the prefix beats a busy holder; a fetch
+ * measured dearer than computing counts as computing; only computed tokens become pending. */
+START_TEST(test_kv_aware_fetch)
+{
+    td_placer_t p;
+    td_placer_init(&p, TD_PLACE_KV_AWARE, NULL, 1);
+    td_place_kv_t kv = {.s_per_token = 100e-6, .seq_s = 2e-3, .imbalance = 1.5};
+    td_placer_set_kv(&p, &kv);
+    td_place_load_t pf[2];
+    fleet(pf, 2);
+    /* 0 holds 800 of 1000 tokens with 2000 queued: 2200 token-times; 1 holds none with 1500
+     * queued: 2500 */
+    td_place_heartbeat(&pf[0], 2000, 0, 0, 0, false);
+    td_place_heartbeat(&pf[1], 1500, 0, 0, 0, false);
+    pf[0].cached_tokens = 800;
+    ck_assert_int_eq(td_place_prefill(&p, pf, 2, 1000), 0);
+    /* 1 could fetch those 800 (unmeasured: half a compute each): 1500 + 200 + 400 = 2100 */
+    td_place_heartbeat(&pf[0], 2000, 0, 0, 0, false);
+    pf[1].fetch_tokens = 800;
+    ck_assert_int_eq(td_place_prefill(&p, pf, 2, 1000), 1);
+    ck_assert_uint_eq(pf[1].pending_tokens, 200); /* it computes only what nobody holds */
+    /* measured at 90 us a token: 1500 + 200 + 720 = 2420, the holder wins again */
+    td_place_heartbeat(&pf[1], 1500, 0, 0, 0, false);
+    pf[1].fetch_s_per_token = 90e-6;
+    ck_assert_int_eq(td_place_prefill(&p, pf, 2, 1000), 0);
+    /* measured dearer than computing: it counts as computing (2500), never more */
+    td_place_heartbeat(&pf[0], 2000, 0, 0, 0, false);
+    pf[1].fetch_s_per_token = 1;
+    double with = td_place_prefill_ttft(&p, &pf[1], 1000);
+    pf[1].fetch_tokens = 0;
+    ck_assert_double_eq_tol(with, td_place_prefill_ttft(&p, &pf[1], 1000), 1e-12);
+}
+END_TEST
+
 /* Without an index (nothing cached anywhere) kv_aware chooses exactly as least_loaded does. */
 START_TEST(test_kv_aware_no_index)
 {
@@ -342,6 +378,7 @@ int main(void)
     tcase_add_test(tc, test_kv_aware_disk_tier);
     tcase_add_test(tc, test_kv_aware_hot_prefix);
     tcase_add_test(tc, test_kv_aware_no_index);
+    tcase_add_test(tc, test_kv_aware_fetch);
     suite_add_tcase(s, tc);
     return td_check_run(s);
 }
