@@ -28,8 +28,10 @@ void td_decode_on_task(td_worker_t *w, td_wk_router_t *rt, const Tandem__Frame *
     uint32_t *ids = NULL;
     if (t->local_prefill) {
         s->state = TD_WK_PREFILL;
-        /* the cached prefix, leaving at least the last token to compute (its logits) */
+        /* the cached prefix, leaving at least the last token to compute (its logits), then what
+         * another worker holds beyond it when the router found one (fetch.c) */
         td_wk_cache_admit(w, s, s->n_prompt - 1);
+        td_wk_fetch_start(w, s, t->fetch);
     } else {
         int rc = td_kv_seq_reserve(&w->pool, &s->kv, s->n_prompt);
         ids = td_calloc((size_t)TD_MAX(s->kv.n_blocks, 1), sizeof(uint32_t));

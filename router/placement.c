@@ -310,8 +310,9 @@ int td_place_decode_prompt(td_placer_t *p, td_place_load_t *loads, size_t n, uin
     if (i >= 0) {
         loads[i].pending_seqs++;
         loads[i].pending_blocks += blocks;
+        uint64_t fetch;
         if (loads[i].local)
-            loads[i].pending_tokens += tokens - TD_MIN(loads[i].cached_tokens, tokens);
+            loads[i].pending_tokens += kv_computed(&loads[i], tokens, false, &fetch);
     }
     return i;
 }

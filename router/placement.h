@@ -66,8 +66,8 @@ typedef struct td_place_load {
     uint64_t cached_slow_tokens; /* of those, the ones below its pool (disk): loaded, not free */
     double s_per_token;     /* the worker's measured prefill seconds per token (0: the default) */
     double slow_s_per_token; /* its measured seconds to load such a token (0: unmeasured) */
-    /* prefill: of the tokens it lacks, those it would fetch from another worker (the fetch
-     * hint's rule, fetchhint.c), and its measured seconds to fetch one (0: unmeasured) */
+    /* of the tokens it lacks, those it would fetch from another worker when it prefills (the
+     * fetch hint's rule, fetchhint.c), and its measured seconds to fetch one (0: unmeasured) */
     uint64_t fetch_tokens;
     double fetch_s_per_token;
     bool local;             /* decode: the worker would prefill this request itself */

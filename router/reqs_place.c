@@ -118,8 +118,8 @@ static bool local_on(const td_router_t *rt, const td_seq_t *s, const td_worker_t
 }
 
 /* kv_aware: what w holds of s by the cluster index, and what its slower tiers cost it (its last
- * heartbeat's measured disk load cost); for a prefill worker also what it would fetch from
- * another worker, and at what measured cost. `memo`: td_fetchhint_pick's, for this request. */
+ * heartbeat's measured disk load cost); also what it would fetch from another worker, and at what
+ * measured cost. `memo`: td_fetchhint_pick's, for this request. */
 static void kv_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *w, td_place_load_t *l,
                     uint64_t *memo)
 {
@@ -131,9 +131,8 @@ static void kv_fill(td_router_t *rt, td_seq_t *s, const td_worker_t *w, td_place
             l->slow_s_per_token = w->hb_cache[i].load_s_per_token;
     l->fetch_tokens = 0;
     l->fetch_s_per_token = 0;
-    uint64_t gain;
-    if (w->role == TANDEM__ROLE__ROLE_PREFILL && memo &&
-        td_fetchhint_pick(rt, s, w, l->cached_tokens, memo, &gain)) {
+    uint64_t gain; /* a decode worker fetches too, when it prefills locally */
+    if (memo && td_fetchhint_pick(rt, s, w, l->cached_tokens, memo, &gain)) {
         l->fetch_tokens = gain * w->block_tokens;
         if (w->fetch_bps > 0 && w->block_bytes > 0)
             l->fetch_s_per_token = (double)w->block_bytes / w->fetch_bps / (double)w->block_tokens;
@@ -285,6 +284,8 @@ int td__reqs_place(td_router_t *rt, td_seq_t *s)
         t.generated = (uint32_t)s->n_tokens; /* migration: resume after these */
         t.sampling = &sp;
         t.local_prefill = s->local;
+        Tandem__FetchHint fh; /* points into a registry entry: sent before the loop runs again */
+        t.fetch = s->local && td_fetchhint_fill(rt, s, d, &fh) ? &fh : NULL;
         t.tenant.data = s->job->tenant;
         t.tenant.len = s->job->tenant_len;
         Tandem__Frame f = TANDEM__FRAME__INIT;

@@ -598,7 +598,8 @@ def scenario_fetch(build):
     other (B): B fetches the blocks A holds over the data plane (its fetched-blocks counter, and
     only the uncached tail computed), with tokens identical to tandem generate's. Then a holder
     stopped (SIGSTOP) and killed while a fetch from it waits: the request still succeeds with
-    identical tokens, computed in full, and the failure is counted by reason."""
+    identical tokens, computed in full, and the failure is counted by reason. Then two decode
+    workers and no prefill worker: a decode worker prefilling locally fetches the same way."""
     model, cfg = make_model(build, "deepseek_v3")
     rng = random.Random(12)
     V, B = cfg["vocab_size"], 16
@@ -698,6 +699,41 @@ def scenario_fetch(build):
         print("fetch: %d blocks (%d bytes) fetched from the holder, %d of %d prompt tokens "
               "computed, %.0f MB/s; the holder killed before it answered: recomputed, tokens "
               "identical" % (blocks, blocks * bb, n - full, n, bw / 1e6))
+        codes = cl.stop()
+        check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
+    finally:
+        C._kill_all()
+    # a decode worker that prefills locally fetches as well (DecodeTask.fetch): two decode workers
+    # and no prefill worker; the holder drained, the other one fetches the prompt's blocks
+    cl = C.Cluster(build, model, n_prefill=0, n_decode=2, redis=True,
+                   worker_args=["--kv.fetch_timeout_s", "30"])
+    try:
+        p3 = prompt()
+        want3 = C.offline_generate(build, model, p3)
+        g = cl.batch([p3])[0]
+        check(not g["error"] and g["ids"] == want3 and g["cached_tokens"] == 0,
+              "decode-only first run: %s" % g)
+        st = cl.status()
+        holder = [wid for wid, w in st.items() if w["assigned"] == 1][0]
+        other = [wid for wid in st if wid != holder][0]
+        wait_for(lambda: holds(holder), 10, "the holder's blocks in Redis")
+        time.sleep(1.0)  # the router's mirror follows Redis
+        cl.ctl("drain", holder)
+        f0 = metric(other, "tandem_kv_fetch_blocks_total")
+        c0 = metric(other, "tandem_prompt_tokens_computed_total")
+        g = cl.batch([p3])[0]
+        check(not g["error"] and g["ids"] == want3, "decode-only second run: %s (want %s)" %
+              (g, want3))
+        check(cl.status()[other]["assigned"] == 1, "the second run went to %s" % other)
+        fetched = metric(other, "tandem_kv_fetch_blocks_total") - f0
+        computed = metric(other, "tandem_prompt_tokens_computed_total") - c0
+        check(fetched == full // B and computed == n - full and g["cached_tokens"] == full,
+              "%s fetched %d blocks and computed %d tokens (cached %d), want %d, %d, %d" %
+              (other, fetched, computed, g["cached_tokens"], full // B, n - full, full))
+        check(metric(holder, "tandem_kv_fetch_served_blocks_total") == full // B,
+              "the drained decode worker served the fetch")
+        print("fetch into a decode worker's local prefill: %d blocks from %s, %d of %d tokens "
+              "computed, tokens identical" % (fetched, holder, computed, n))
         codes = cl.stop()
         check(all(c == 0 for c in codes.values()), "exit codes: %s" % codes)
     finally:
