@@ -18,7 +18,9 @@ prefix: groups of prompts sharing a system prompt, interleaved), one run per pol
 fresh cluster (router + 2 prefill + 3 decode + a private redis-server, every worker --kv.memory
 MiB, the same seed, so the same trace): `tandem bench` at --rate req/s (Poisson), then from every
 worker's /metrics the prompt tokens (each request counted once, on its decode worker) and the
-prefix-cache hits (both tiers, every worker). Hit rate = hits / prompt tokens.
+prefix-cache hits (both tiers, every worker). Hit rate = hits / prompt tokens. Saved = 1 - the
+prompt tokens computed on every worker / prompt tokens: it also counts the blocks a worker
+fetched from another worker's cache (printed), which are no hit of its own cache.
 
 mooncake: the real Mooncake conversation trace (--trace, default ../shared/traces/; `tandem bench
 --dataset-name mooncake`): --trace-limit requests from --trace-start, --trace-block-tokens tokens
@@ -73,13 +75,16 @@ def make_model(build):
 
 
 def counters(cl):
-    """(prompt tokens seen by decode workers, cache hits on every worker, both tiers)."""
-    prompt = hits = 0.0
+    """(prompt tokens seen by decode workers, cache hits on every worker, both tiers, prompt
+    tokens computed on every worker, KV blocks fetched from other workers)."""
+    prompt = hits = computed = fetched = 0.0
     for wid in cl.workers:
         if wid.startswith("d"):
             prompt += cl.worker_metric(wid, "tandem_prompt_tokens_total")
         hits += cl.worker_metric(wid, "tandem_prefix_cache_hits_total")
-    return prompt, hits
+        computed += cl.worker_metric(wid, "tandem_prompt_tokens_computed_total")
+        fetched += cl.worker_metric(wid, "tandem_kv_fetch_blocks_total")
+    return prompt, hits, computed, fetched
 
 
 def trace_args(a):
@@ -172,13 +177,13 @@ def one_run(build, model, a, workload, policy, oracle):
     try:
         path = os.path.join(a.out, "%s-%s.json" % (workload, name))
         label = "%s %s%s" % (workload, name, " SIMULATED engine" if a.engine == "sim" else "")
-        p0, h0 = counters(cl)
+        p0, h0, c0, f0 = counters(cl)
         t0 = time.monotonic()
         r = subprocess.run(bench_argv(build, model, cl, workload, a, path, label),
                            capture_output=True, text=True, timeout=3600)
         if r.returncode != 0:
             raise RuntimeError("tandem bench failed (%d): %s" % (r.returncode, r.stderr[-2000:]))
-        p1, h1 = counters(cl)
+        p1, h1, c1, f1 = counters(cl)
         with open(path) as f:
             res = json.load(f)
         placed = {wid: w["assigned"] for wid, w in cl.status().items()}
@@ -187,17 +192,21 @@ def one_run(build, model, a, workload, policy, oracle):
         C._kill_all()
     row = {"workload": workload, "policy": name, "prompt_tokens": p1 - p0, "hits": h1 - h0,
            "hit_rate": (h1 - h0) / (p1 - p0) if p1 > p0 else 0.0,
+           "computed": c1 - c0, "fetched_blocks": f1 - f0,
+           "saved": 1.0 - (c1 - c0) / (p1 - p0) if p1 > p0 else 0.0,
+           "p99_ttft_ms": res["p99_ttft_ms"],
            "completed": res["completed"], "failed": res["failed"],
            "p50_ttft_ms": res["median_ttft_ms"], "p90_ttft_ms": res["p90_ttft_ms"],
            "mean_ttft_ms": res["mean_ttft_ms"], "goodput": res["request_goodput"],
            "throughput": res["request_throughput"], "placed": placed,
            "seconds": time.monotonic() - t0, "load_after": loadavg(),
            "trace": trace_info(r.stderr)}
-    print("%-9s %-11s hit rate %.3f (%d of %d tokens) p50 TTFT %7.1f ms p90 %7.1f ms goodput "
-          "%.2f req/s throughput %.2f req/s failed %d load %s" %
-          (workload, name, row["hit_rate"], row["hits"], row["prompt_tokens"],
-           row["p50_ttft_ms"], row["p90_ttft_ms"], row["goodput"], row["throughput"],
-           row["failed"], row["load_after"]), flush=True)
+    print("%-9s %-11s hit rate %.3f (%d of %d tokens) saved %.3f (%d blocks fetched) p50 TTFT "
+          "%7.1f ms p90 %7.1f ms p99 %7.1f ms goodput %.2f req/s throughput %.2f req/s failed %d "
+          "load %s" %
+          (workload, name, row["hit_rate"], row["hits"], row["prompt_tokens"], row["saved"],
+           row["fetched_blocks"], row["p50_ttft_ms"], row["p90_ttft_ms"], row["p99_ttft_ms"],
+           row["goodput"], row["throughput"], row["failed"], row["load_after"]), flush=True)
     return row
 
 
