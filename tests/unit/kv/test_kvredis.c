@@ -241,19 +241,31 @@ static bool resets_above(void *a)
     return x->m->resets > x->n && count(x->m, x->w) == 1;
 }
 
+/* A fresh redis-server, a router (subscriber, into rm) and `worker` d0 (publisher of epoch
+ * `epoch` with a lease, its state into wm; its options in *wo for restarts); the router. */
+static td_kvredis_t *start_pair(char addr[32], mirror_t *wm, mirror_t *rm, td_kvredis_opts_t *wo,
+                                uint64_t epoch, uint64_t lease_ms)
+{
+    redis_setup(&loop, addr);
+    memset(inventory, -1, sizeof(inventory));
+    memset(wm, 0, sizeof(*wm));
+    memset(rm, 0, sizeof(*rm));
+    memset(rm->tier, -1, sizeof(rm->tier));
+    *wo = (td_kvredis_opts_t){.addr = addr, .ns = "t", .worker_id = "d0", .epoch = epoch,
+                              .lease_ms = lease_ms, .on_state = worker_state, .ud = wm};
+    td_kvredis_opts_t ro = {.addr = addr, .ns = "t", .subscribe = true, .on_events = on_events,
+                            .on_state = on_state, .ud = rm};
+    td_kvredis_t *router = td_kvredis_new(&loop, &ro);
+    worker = td_kvredis_new(&loop, wo);
+    return router;
+}
+
 START_TEST(test_lease_epoch)
 {
     char addr[32];
-    redis_setup(&loop, addr);
-    memset(inventory, -1, sizeof(inventory));
-    mirror_t wm = {0}, rm = {0};
-    memset(rm.tier, -1, sizeof(rm.tier));
-    td_kvredis_opts_t wo = {.addr = addr, .ns = "t", .worker_id = "d0", .epoch = 42,
-                            .lease_ms = 400, .on_state = worker_state, .ud = &wm};
-    td_kvredis_opts_t ro = {.addr = addr, .ns = "t", .subscribe = true, .on_events = on_events,
-                            .on_state = on_state, .ud = &rm};
-    td_kvredis_t *router = td_kvredis_new(&loop, &ro);
-    worker = td_kvredis_new(&loop, &wo);
+    mirror_t wm, rm;
+    td_kvredis_opts_t wo;
+    td_kvredis_t *router = start_pair(addr, &wm, &rm, &wo, 42, 400);
     ck_assert_uint_eq(td_kvredis_epoch(worker), 42);
     want_t w = {&rm, 0, 0, -1, router, 1};
     ck_assert(run_until(have, &w, 5000));
@@ -460,16 +472,9 @@ static bool newest_holds_5(void *a)
 START_TEST(test_leave)
 {
     char addr[32];
-    redis_setup(&loop, addr);
-    memset(inventory, -1, sizeof(inventory));
-    mirror_t wm = {0}, rm = {0};
-    memset(rm.tier, -1, sizeof(rm.tier));
-    td_kvredis_opts_t wo = {.addr = addr, .ns = "t", .worker_id = "d0", .epoch = 7,
-                            .lease_ms = 60000, .on_state = worker_state, .ud = &wm};
-    td_kvredis_opts_t ro = {.addr = addr, .ns = "t", .subscribe = true, .on_events = on_events,
-                            .on_state = on_state, .ud = &rm};
-    td_kvredis_t *router = td_kvredis_new(&loop, &ro);
-    worker = td_kvredis_new(&loop, &wo);
+    mirror_t wm, rm;
+    td_kvredis_opts_t wo;
+    td_kvredis_t *router = start_pair(addr, &wm, &rm, &wo, 7, 60000);
     want_t w = {&rm, 0, 0, -1, router, 1};
     ck_assert(run_until(have, &w, 5000));
     publish(3, 0);
