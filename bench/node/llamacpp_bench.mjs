@@ -2,7 +2,9 @@
 // for bench/engine.sh: prefill tokens/s (the whole prompt in one batch) and greedy decode tokens/s
 // at batch 1 (one sequence, after a short prompt), with a fixed thread count. Prints two lines:
 //   llama.cpp prefill: N tokens in S s: X tokens/s
-//   llama.cpp decode batch  1: N steps in S s: X tokens/s
+//   llama.cpp decode batch  1: N steps in S s (CPU C s): X tokens/s
+// where C is the process's CPU time over the decode (process.cpuUsage: every thread, llama.cpp's
+// included), which leaves out the time the threads waited for a core on a loaded machine.
 //
 // usage: node llamacpp_bench.mjs NODE_MODULES_DIR MODEL.gguf VOCAB THREADS PROMPT DECODE
 // Prompt token ids are (i * 7919 + 13) % VOCAB, the same as bench_engine's.
@@ -43,14 +45,17 @@ await seq.clearHistory();
 
 // decode: a 16-token prompt (like bench_engine's), then nDecode greedy steps of one token each,
 // timed from the first generated token (which ends the prompt's step) to the last
-let n = 0;
+let n = 0, c0;
 for await (const t of seq.evaluate(toks.slice(0, 16), {temperature: 0})) {
-    if (n === 0)
+    if (n === 0) {
         t0 = now();
+        c0 = process.cpuUsage();
+    }
     if (++n > nDecode)
         break;
 }
 dt = now() - t0;
-console.log(`llama.cpp decode batch  1: ${nDecode} steps in ${dt.toFixed(3)} s: ${(nDecode / dt).toFixed(1)} tokens/s`);
+const cu = process.cpuUsage(c0), cpu = (cu.user + cu.system) / 1e6;
+console.log(`llama.cpp decode batch  1: ${nDecode} steps in ${dt.toFixed(3)} s (CPU ${cpu.toFixed(3)} s): ${(nDecode / dt).toFixed(1)} tokens/s`);
 await ctx.dispose();
 await model.dispose();

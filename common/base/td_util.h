@@ -47,6 +47,13 @@ typedef struct td_mmap {
     size_t len;
 } td_mmap_t;
 int td_mmap_open(td_mmap_t *m, const char *path);
+/* Replace the file mapping by a private anonymous copy at the same address (read-only, so every
+ * pointer into it stays valid), asking for transparent huge pages (MADV_HUGEPAGE: 2 MiB pages
+ * where the address is 2 MiB-aligned, as the kernel maps large files). The copy is not shared
+ * with other processes mapping the file and is not written back. Call it while nothing reads the
+ * mapping from another thread. 0 (also for an empty file) or TD_ENOMEM / TD_EIO; on error the
+ * file mapping is left as it was. */
+int td_mmap_to_anon(td_mmap_t *m);
 void td_mmap_close(td_mmap_t *m);
 
 /* Monotonic clock. */

@@ -280,6 +280,40 @@ uint64_t td_now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+int td_mmap_to_anon(td_mmap_t *m)
+{
+    if (!m->len)
+        return 0;
+    const size_t huge = (size_t)2 << 20, page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t len = TD_ALIGN_UP(m->len, page);
+    /* a region huge bytes longer, so that its start can sit at the mapping's offset within a huge
+     * page: the pages then move to the mapping's address whole */
+    uint8_t *raw =
+        mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return td_err_set(TD_ENOMEM, "copying a %zu-byte mapping: %s", m->len, strerror(errno));
+    uintptr_t want = (uintptr_t)m->data % huge;
+    uint8_t *p = raw + (want + huge - (uintptr_t)raw % huge) % huge;
+    if (p > raw)
+        munmap(raw, (size_t)(p - raw));
+    if (raw + len + huge > p + len)
+        munmap(p + len, (size_t)(raw + len + huge - (p + len)));
+#ifdef MADV_HUGEPAGE
+    madvise(p, len, MADV_HUGEPAGE); /* advice only: without it the copy is on ordinary pages */
+#endif
+    memcpy(p, m->data, m->len);
+    void *at = MAP_FAILED;
+    if (mprotect(p, len, PROT_READ) == 0)
+        at = mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)m->data);
+    if (at == MAP_FAILED) {
+        int e = errno;
+        munmap(p, len);
+        return td_err_set(TD_EIO, "moving a %zu-byte copy over its mapping: %s", m->len,
+                          strerror(e));
+    }
+    return 0;
+}
+
 
 double td_now_s(void)
 {

@@ -152,6 +152,16 @@ err:
     return rc;
 }
 
+int td_model_weights_to_anon(td_model_t *m)
+{
+    for (int i = 0; i < m->n_maps; i++) {
+        int rc = td_mmap_to_anon(&m->maps[i]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 void td_model_free(td_model_t *m)
 {
     if (!m)

@@ -178,6 +178,13 @@ struct td_model {
  * tensor or field. */
 int td_model_load(const char *path, td_model_t **out);
 
+/* Move the weight files' mappings to anonymous memory on transparent huge pages (td_mmap_to_anon):
+ * for the CPU backend, which reads every weight of every decode step from these pages, a stream
+ * over 2 MiB pages reads faster than over the page cache's mix of page sizes (BENCHMARKS.md). It
+ * costs a copy of the weights at load and memory no other process shares. Call it before any
+ * engine runs on the model. 0 or TD_ENOMEM / TD_EIO (the mappings stay usable either way). */
+int td_model_weights_to_anon(td_model_t *m);
+
 /* Release the model and its mappings. NULL is allowed. */
 void td_model_free(td_model_t *m);
 

@@ -43,6 +43,10 @@ const td_opt_t td_wk_opts[] = {
      "prefill: seconds a prompt waits for KV blocks fetched from another worker (the router's "
      "fetch hint) before it computes them", 0.01, 600},
     {"engine.threads", TD_OPT_INT, O(threads), "0", "compute threads (0: every core)", 0, 1024},
+    {"engine.hugepage_weights", TD_OPT_BOOL, O(hugepage_weights), "false",
+     "cpu engine: copy the weights at start into anonymous memory on transparent huge pages, "
+     "which decode streams a few percent faster than the file's page cache (BENCHMARKS.md); "
+     "the copy is private to the process, not shared with others mapping the same model"},
     {"engine.max_batch_tokens", TD_OPT_INT, O(max_batch_tokens), "2048",
      "tokens per step, decodes and prefill chunks together", 1, 1 << 20},
     {"engine.prefill_chunk", TD_OPT_INT, O(prefill_chunk), "512",

@@ -130,6 +130,9 @@ static int load(td_worker_t *w)
     }
     if (!td_str_eq(c->engine_kind, "cpu"))
         return td_err_set(TD_EINVAL, "engine.kind: \"%s\" is not cpu or sim", c->engine_kind);
+    /* before the engine exists: nothing reads the mappings yet. A failure leaves them usable. */
+    if (c->hugepage_weights && td_model_weights_to_anon(w->model))
+        TD_LOG_W("engine.hugepage_weights: the weights stay in the file mapping: %s", td_err_msg());
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     td_engine_opts_t eo = {.n_threads = c->threads > 0 ? (int)c->threads : (int)TD_MAX(cores, 1)};
     return td_engine_create(w->model, &eo, &w->engine);

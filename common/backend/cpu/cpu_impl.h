@@ -79,8 +79,8 @@ void td__cpu_tile(bool fused, int R, int TN, const float *const *w, const float 
                   float out[4][4]);
 
 /* out[i] = columns [c0, c0 + n) of row r + i of W (i < R <= 4) . x[n], summed straight from the
- * stored F16, Q8_0, Q4_0, Q4_K or Q6_K blocks, bitwise what td__cpu_tile gives over the values
- * td__cpu_row_chunk stores. False (nothing done) for other types or a partial block. */
+ * stored F32 values or F16, Q8_0, Q4_0, Q4_K or Q6_K blocks, bitwise what td__cpu_tile gives over
+ * the values td__cpu_row_chunk stores. False (nothing done) for other types or a partial block. */
 bool td__cpu_dot_rows(const td_mat_t *W, int64_t r, int R, int64_t c0, int64_t n, const float *x,
                       float *out);
 

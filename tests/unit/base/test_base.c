@@ -8,6 +8,8 @@
 #include "td_check.h"
 
 #include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -175,6 +177,57 @@ START_TEST(test_files)
     snprintf(path, sizeof(path), "%s/missing", tmpdir);
     ck_assert_int_eq(td_file_read_all(path, &data, &len), TD_ENOENT);
     ck_assert_ptr_nonnull(strstr(td_err_msg(), "missing"));
+}
+END_TEST
+
+/* The line of /proc/self/maps whose range starts at p, into line. */
+static bool maps_line(const void *p, char *line, size_t n)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    bool found = false;
+    while (f && !found && fgets(line, (int)n, f))
+        found = strtoull(line, NULL, 16) == (unsigned long long)(uintptr_t)p;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* td_mmap_to_anon: the same bytes at the same address, now anonymous memory: a later write to the
+ * file no longer shows through, and the line in /proc/self/maps names no file. */
+START_TEST(test_mmap_to_anon)
+{
+    char path[256], line[512];
+    snprintf(path, sizeof(path), "%s/w.bin", tmpdir);
+    size_t len = ((size_t)5 << 20) + 123; /* more than two huge pages, not a whole page */
+    uint8_t *buf = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (uint8_t)(i * 7 + (i >> 12));
+    ck_assert_int_eq(td_file_write_atomic(path, buf, len), 0);
+    td_mmap_t m;
+    ck_assert_int_eq(td_mmap_open(&m, path), 0);
+    const uint8_t *at = m.data;
+    ck_assert(maps_line(at, line, sizeof(line)));
+    ck_assert_ptr_nonnull(strstr(line, "w.bin"));
+    ck_assert_int_eq(td_mmap_to_anon(&m), 0);
+    ck_assert_ptr_eq(m.data, at);
+    ck_assert_uint_eq(m.len, len);
+    ck_assert_int_eq(memcmp(m.data, buf, len), 0);
+    ck_assert(maps_line(at, line, sizeof(line)));
+    ck_assert_ptr_null(strstr(line, "w.bin"));
+    ck_assert_ptr_null(strchr(line, '/'));
+    int fd = open(path, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, "XYZ", 3, 4096), 3);
+    close(fd);
+    ck_assert_int_eq(memcmp(m.data, buf, len), 0);
+    td_mmap_close(&m);
+    /* an empty file: nothing to copy */
+    write_file(path, "");
+    ck_assert_int_eq(td_mmap_open(&m, path), 0);
+    ck_assert_int_eq(td_mmap_to_anon(&m), 0);
+    ck_assert_uint_eq(m.len, 0);
+    td_mmap_close(&m);
+    free(buf);
 }
 END_TEST
 
@@ -385,6 +438,7 @@ static Suite *base_suite(void)
     tcase_add_test(tc, test_hex_and_paths);
     tcase_add_test(tc, test_utf8);
     tcase_add_test(tc, test_files);
+    tcase_add_test(tc, test_mmap_to_anon);
     tcase_add_test(tc, test_config_layers);
     tcase_add_test(tc, test_config_errors);
     tcase_add_test(tc, test_log);

@@ -3,7 +3,7 @@
  * sizes agree; the same weights in every supported file form (safetensors F32/F16/BF16/FP8,
  * sharded, fused experts; GGUF F32/Q8_0) give the same logits; chunking and batching stay bitwise
  * invariant on llama.cpp's block formats too (mkmodel's Q4_K_M, Q4_0, Q8_0 and F16 GGUF copies); the KV
- * layout fingerprint. */
+ * layout fingerprint; weights moved to anonymous memory give the same bits. */
 #include "model_fixture.h"
 #include "td_engine.h"
 #include "td_error.h"
@@ -316,6 +316,45 @@ START_TEST(test_gguf_matches_safetensors)
 }
 END_TEST
 
+/* Weights moved to anonymous memory (td_model_weights_to_anon, engine.hugepage_weights) give the
+ * same bits, prefilled at once and token by token (the one-token kernels). */
+START_TEST(test_anon_weights)
+{
+    fx_set_t s = {0};
+    char dir[512];
+    fx_generate(&s, &fx_llama_cfg, 5);
+    write_hf("anon", &s, &fx_llama_cfg, (fx_st_opts_t){FX_F32, 1, false}, dir, sizeof(dir));
+    fx_free(&s);
+    float *out[2][2];
+    for (int anon = 0; anon < 2; anon++) {
+        runner_t r;
+        ck_assert_int_eq(td_model_load(dir, &r.m), 0);
+        if (anon) {
+            const uint8_t *at = r.m->maps[0].data;
+            ck_assert_msg(td_model_weights_to_anon(r.m) == 0, "%s", td_err_msg());
+            ck_assert_ptr_eq(r.m->maps[0].data, at);
+        }
+        td_engine_opts_t o = {.n_threads = 1};
+        ck_assert_int_eq(td_engine_create(r.m, &o, &r.e), 0);
+        td_kv_layout_t l;
+        ck_assert_int_eq(td_kv_layout_init(&l, r.m, 16), 0);
+        ck_assert_int_eq(td_kv_pool_init(&r.pool, &l, 256), 0);
+        r.V = r.m->cfg.vocab_size;
+        for (int k = 0; k < 2; k++) {
+            out[anon][k] = malloc((size_t)r.V * 4);
+            prefill(&r, k ? 1 : NP, out[anon][k]);
+        }
+        runner_close(&r);
+    }
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(memcmp(out[0][k], out[1][k], (size_t)fx_llama_cfg.vocab * 4) == 0,
+                      "chunk %d: anonymous weights differ", k ? 1 : NP);
+        free(out[0][k]);
+        free(out[1][k]);
+    }
+}
+END_TEST
+
 START_TEST(test_kv_layout)
 {
     fx_set_t s = {0};
@@ -424,6 +463,7 @@ int main(void)
     tcase_add_test(tc, test_gguf_matches_safetensors);
     tcase_add_test(tc, test_quant_invariant);
     tcase_add_test(tc, test_kv_layout);
+    tcase_add_test(tc, test_anon_weights);
     suite_add_tcase(s, tc);
     int failed = td_check_run(s);
     char cmd[300];
