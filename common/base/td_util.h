@@ -59,6 +59,12 @@ uint64_t td_wall_ns(void);
  * when n * size overflows. */
 void *td_calloc(size_t n, size_t size);
 void *td_reallocarray(void *p, size_t n, size_t size);
+/* Zeroed memory for a large table read at random (a tokenizer's hash tables): from 1 MiB up,
+ * mapped on its own, aligned to and rounded up to 2 MiB and marked for transparent huge pages, so
+ * its lookups do not each miss the TLB (smaller: calloc). NULL when out of memory or n * size
+ * overflows; td_huge_free(p, n * size), with the same size, gives it back (NULL is a no-op). */
+void *td_huge_calloc(size_t n, size_t size);
+void td_huge_free(void *p, size_t bytes);
 char *td_strdup(const char *s);
 char *td_strndup(const char *s, size_t n);
 

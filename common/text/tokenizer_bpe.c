@@ -10,11 +10,12 @@ enum {
     CACHE_MAX_WORD = 64, /* longer words are not cached (below TD__SCAN_MAX) */
 };
 
-/* The rank of `pair` (td__merge_pair) probing from slot i, UINT32_MAX when it does not merge. */
-static inline uint32_t merge_at(const td__mergemap_t *m, uint64_t pair, size_t i)
+/* The rank of `pair` (td__merge_pair) probing table t (td__merge_table) from slot i, UINT32_MAX
+ * when it does not merge. */
+static inline uint32_t merge_at(const uint64_t *t, size_t mask, uint64_t pair, size_t i)
 {
-    for (;; i = (i + 1) & m->mask) {
-        uint64_t e = m->ents[i];
+    for (;; i = (i + 1) & mask) {
+        uint64_t e = t[i];
         if ((e & ~(uint64_t)(TD__MERGE_RANKS - 1)) == pair)
             return (uint32_t)(e & (TD__MERGE_RANKS - 1));
         if (e == UINT64_MAX)
@@ -25,7 +26,9 @@ static inline uint32_t merge_at(const td__mergemap_t *m, uint64_t pair, size_t i
 static inline uint32_t merge_rank(const td_tokenizer_t *tok, int32_t a, int32_t b)
 {
     uint64_t pair = td__merge_pair(a, b);
-    return merge_at(&tok->merges, pair, td__merge_slot(pair, tok->merges.mask));
+    size_t mask;
+    const uint64_t *t = td__merge_table(&tok->merges, a, b, &mask);
+    return t ? merge_at(t, mask, pair, td__merge_slot(pair, mask)) : UINT32_MAX;
 }
 
 static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym, int32_t i)
@@ -47,15 +50,27 @@ static inline void probe_start(const td__mergemap_t *m, td__scan_t *sc, uint32_t
     sc->lo = lo;
     sc->hi = hi;
     for (uint32_t i = lo; i <= hi; i++) {
-        sc->slot[i] = (uint32_t)td__merge_slot(td__merge_pair(sc->id[i], sc->id[i + 1]), m->mask);
-        __builtin_prefetch(&m->ents[sc->slot[i]]);
+        size_t mask;
+        const uint64_t *t = td__merge_table(m, sc->id[i], sc->id[i + 1], &mask);
+        if (!t) { /* the cold filter: no merge */
+            sc->slot[i] = UINT32_MAX;
+            continue;
+        }
+        sc->slot[i] = (uint32_t)td__merge_slot(td__merge_pair(sc->id[i], sc->id[i + 1]), mask);
+        __builtin_prefetch(&t[sc->slot[i]]);
     }
 }
 
 static inline void probe_finish(const td__mergemap_t *m, td__scan_t *sc)
 {
-    for (uint32_t i = sc->lo; i <= sc->hi; i++)
-        sc->rank[i] = merge_at(m, td__merge_pair(sc->id[i], sc->id[i + 1]), sc->slot[i]);
+    for (uint32_t i = sc->lo; i <= sc->hi; i++) {
+        size_t mask;
+        const uint64_t *t = sc->slot[i] == UINT32_MAX
+                                ? NULL
+                                : td__merge_table(m, sc->id[i], sc->id[i + 1], &mask);
+        sc->rank[i] =
+            t ? merge_at(t, mask, td__merge_pair(sc->id[i], sc->id[i + 1]), sc->slot[i]) : UINT32_MAX;
+    }
     sc->lo = 1;
     sc->hi = 0;
 }

@@ -80,6 +80,20 @@ typedef struct td__mergemap {
      * as DeepSeek's, Qwen's and OpenAI's are): the id is then computed, not read */
     bool by_offset;
     int32_t id_offset;
+    /* A copy of every merge whose two ids are both below hot_lim (a power of two, the largest
+     * whose merges fit TD__MERGE_HOT_MAX; 0 = no copy): the pairs of short tokens (bytes, common
+     * pieces), most of the probes of any text, are looked up in this small table (256 KiB at
+     * most, so it stays in the core's cache) instead of the large one. Exact: a pair below the
+     * limit that is not here does not merge. */
+    uint64_t *hot; /* [hot_mask + 1] */
+    size_t hot_mask;
+    uint32_t hot_lim;
+    /* A Bloom filter (two bits in one word, 8 bits a merge) over the merges the hot table does
+     * not hold: most pairs of a long token and its neighbour do not merge, and the filter (1/16
+     * of the full table's size) answers most of them without reading the full table. NULL: none
+     * (every such pair is looked up). */
+    uint64_t *cold_bloom; /* [cold_mask + 1] */
+    size_t cold_mask;
 } td__mergemap_t;
 
 enum {
@@ -87,6 +101,7 @@ enum {
     TD__MERGE_ID_BITS = 21,
     TD__MERGE_RANKS = 1 << TD__MERGE_RANK_BITS,
     TD__MERGE_ID_MAX = (1 << TD__MERGE_ID_BITS) - 2, /* all ones is the empty slot's */
+    TD__MERGE_HOT_MAX = 1 << 14,                      /* merges in the hot table, at most */
 };
 
 /* The pair part of a slot word: left << 43 | right << 22 (ids at most TD__MERGE_ID_MAX). */
@@ -106,6 +121,34 @@ static inline int32_t td__merge_id(const td__mergemap_t *m, uint32_t rank)
 static inline size_t td__merge_slot(uint64_t pair, size_t mask)
 {
     return (size_t)(((pair >> TD__MERGE_RANK_BITS) * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+}
+
+/* The Bloom filter's word for a pair (td__merge_pair) and its two bits in it. */
+static inline uint64_t td__merge_bloom_hash(uint64_t pair)
+{
+    return (pair >> TD__MERGE_RANK_BITS) * 0xD6E8FEB86659FD93ull;
+}
+static inline uint64_t td__merge_bloom_bits(uint64_t h)
+{
+    return 1ull << (h >> 58) | 1ull << (h >> 52 & 63);
+}
+
+/* The slot array and mask a pair of ids (left, right) is looked up in: the hot table when both
+ * are below its limit, else the full one; NULL when the cold filter says the pair does not merge. */
+static inline const uint64_t *td__merge_table(const td__mergemap_t *m, int32_t left, int32_t right,
+                                              size_t *mask)
+{
+    if (((uint32_t)left | (uint32_t)right) < m->hot_lim) {
+        *mask = m->hot_mask;
+        return m->hot;
+    }
+    if (m->cold_bloom) {
+        uint64_t h = td__merge_bloom_hash(td__merge_pair(left, right)), b = td__merge_bloom_bits(h);
+        if ((m->cold_bloom[h >> 20 & m->cold_mask] & b) != b)
+            return NULL;
+    }
+    *mask = m->mask;
+    return m->ents;
 }
 
 /* Per id: what decode writes and where the token text is. */
