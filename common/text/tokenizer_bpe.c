@@ -44,6 +44,10 @@ static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym
  * packed (a merge moves the tail down one place), so picking is a pass over contiguous memory,
  * and the probes of different words, all cache misses on a large table, overlap. */
 
+/* A probe's slot: SLOT_HOT set for the hot table; SLOT_NONE when the cold filter said no merge. */
+#define SLOT_HOT 0x80000000u
+#define SLOT_NONE UINT32_MAX
+
 /* Compute the slots of pairs lo..hi of sc and prefetch them. */
 static inline void probe_start(const td__mergemap_t *m, td__scan_t *sc, uint32_t lo, uint32_t hi)
 {
@@ -52,24 +56,24 @@ static inline void probe_start(const td__mergemap_t *m, td__scan_t *sc, uint32_t
     for (uint32_t i = lo; i <= hi; i++) {
         size_t mask;
         const uint64_t *t = td__merge_table(m, sc->id[i], sc->id[i + 1], &mask);
-        if (!t) { /* the cold filter: no merge */
-            sc->slot[i] = UINT32_MAX;
+        if (!t) {
+            sc->slot[i] = SLOT_NONE;
             continue;
         }
-        sc->slot[i] = (uint32_t)td__merge_slot(td__merge_pair(sc->id[i], sc->id[i + 1]), mask);
-        __builtin_prefetch(&t[sc->slot[i]]);
+        uint32_t slot = (uint32_t)td__merge_slot(td__merge_pair(sc->id[i], sc->id[i + 1]), mask);
+        __builtin_prefetch(&t[slot]);
+        sc->slot[i] = slot | (t == m->hot ? SLOT_HOT : 0);
     }
 }
 
 static inline void probe_finish(const td__mergemap_t *m, td__scan_t *sc)
 {
     for (uint32_t i = sc->lo; i <= sc->hi; i++) {
-        size_t mask;
-        const uint64_t *t = sc->slot[i] == UINT32_MAX
-                                ? NULL
-                                : td__merge_table(m, sc->id[i], sc->id[i + 1], &mask);
-        sc->rank[i] =
-            t ? merge_at(t, mask, td__merge_pair(sc->id[i], sc->id[i + 1]), sc->slot[i]) : UINT32_MAX;
+        uint32_t slot = sc->slot[i];
+        uint64_t pair = td__merge_pair(sc->id[i], sc->id[i + 1]);
+        sc->rank[i] = slot == SLOT_NONE ? UINT32_MAX
+                      : slot & SLOT_HOT ? merge_at(m->hot, m->hot_mask, pair, slot & ~SLOT_HOT)
+                                        : merge_at(m->ents, m->mask, pair, slot);
     }
     sc->lo = 1;
     sc->hi = 0;
@@ -323,13 +327,14 @@ int td__bpe_self_init(td_tokenizer_t *tok)
     return 0;
 }
 
-/* The byte-level string of w[0..n) into m (room for 3 n bytes); its length. */
+/* The byte-level string of w[0..n) into m (room for 2 n bytes); its length. */
 static size_t byte_level(const td_tokenizer_t *tok, const char *w, size_t n, char *m)
 {
     size_t ml = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) { /* byte-level chars are U+0021..U+0143: 1 or 2 bytes */
         uint8_t b = (uint8_t)w[i];
-        memcpy(m + ml, tok->byte_char[b], tok->byte_char_len[b]);
+        m[ml] = tok->byte_char[b][0];
+        m[ml + 1] = tok->byte_char[b][1];
         ml += tok->byte_char_len[b];
     }
     return ml;

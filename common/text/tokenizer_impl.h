@@ -53,6 +53,8 @@ typedef struct td__trie {
     } * nodes; /* [nnodes] */
     size_t nnodes, cap;
     uint8_t first[32]; /* bitset of bytes that start some token */
+    uint16_t nfirst;   /* bytes in it */
+    uint8_t first_byte; /* the one when nfirst is 1 (found by memchr) */
 } td__trie_t;
 
 /* Vocabulary string -> id table (open addressing). */
