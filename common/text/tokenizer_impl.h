@@ -90,12 +90,6 @@ typedef struct td__mergemap {
     uint64_t *hot; /* [hot_mask + 1] */
     size_t hot_mask;
     uint32_t hot_lim;
-    /* A Bloom filter (two bits in one word, 8 bits a merge) over the merges the hot table does
-     * not hold: most pairs of a long token and its neighbour do not merge, and the filter (1/16
-     * of the full table's size) answers most of them without reading the full table. NULL: none
-     * (every such pair is looked up). */
-    uint64_t *cold_bloom; /* [cold_mask + 1] */
-    size_t cold_mask;
 } td__mergemap_t;
 
 enum {
@@ -125,29 +119,14 @@ static inline size_t td__merge_slot(uint64_t pair, size_t mask)
     return (size_t)(((pair >> TD__MERGE_RANK_BITS) * 0x9E3779B97F4A7C15ull) >> 20) & mask;
 }
 
-/* The Bloom filter's word for a pair (td__merge_pair) and its two bits in it. */
-static inline uint64_t td__merge_bloom_hash(uint64_t pair)
-{
-    return (pair >> TD__MERGE_RANK_BITS) * 0xD6E8FEB86659FD93ull;
-}
-static inline uint64_t td__merge_bloom_bits(uint64_t h)
-{
-    return 1ull << (h >> 58) | 1ull << (h >> 52 & 63);
-}
-
 /* The slot array and mask a pair of ids (left, right) is looked up in: the hot table when both
- * are below its limit, else the full one; NULL when the cold filter says the pair does not merge. */
+ * are below its limit, else the full one. */
 static inline const uint64_t *td__merge_table(const td__mergemap_t *m, int32_t left, int32_t right,
                                               size_t *mask)
 {
     if (((uint32_t)left | (uint32_t)right) < m->hot_lim) {
         *mask = m->hot_mask;
         return m->hot;
-    }
-    if (m->cold_bloom) {
-        uint64_t h = td__merge_bloom_hash(td__merge_pair(left, right)), b = td__merge_bloom_bits(h);
-        if ((m->cold_bloom[h >> 20 & m->cold_mask] & b) != b)
-            return NULL;
     }
     *mask = m->mask;
     return m->ents;

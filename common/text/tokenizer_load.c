@@ -261,7 +261,6 @@ void td_tokenizer_free(td_tokenizer_t *tok)
     td_huge_free(tok->merges.ents, (tok->merges.mask + 1) * sizeof(*tok->merges.ents));
     free(tok->merges.ids);
     free(tok->merges.hot);
-    free(tok->merges.cold_bloom);
     free(tok->bpe_self);
     free(tok->ids);
     free(tok->arena);

@@ -189,11 +189,6 @@ static void mergemap_hot(td__mergemap_t *m)
     for (size_t i = 0; i < cap; i++)
         m->hot[i] = UINT64_MAX;
     m->hot_mask = cap - 1;
-    size_t words = 1; /* the cold filter: 8 bits a merge */
-    while (words * 8 < m->n - n)
-        words *= 2;
-    m->cold_bloom = m->n > n ? td_calloc(words, sizeof(uint64_t)) : NULL;
-    m->cold_mask = words - 1;
     uint32_t lim = 1u << bits;
     for (size_t i = 0; i <= m->mask; i++) {
         uint64_t e = m->ents[i];
@@ -201,15 +196,9 @@ static void mergemap_hot(td__mergemap_t *m)
             continue;
         uint32_t l = (uint32_t)(e >> (TD__MERGE_ID_BITS + TD__MERGE_RANK_BITS));
         uint32_t r = (uint32_t)(e >> TD__MERGE_RANK_BITS) & ((1u << TD__MERGE_ID_BITS) - 1);
-        uint64_t pair = e & ~(uint64_t)(TD__MERGE_RANKS - 1);
-        if ((l | r) >= lim) {
-            if (m->cold_bloom) {
-                uint64_t h = td__merge_bloom_hash(pair);
-                m->cold_bloom[h >> 20 & m->cold_mask] |= td__merge_bloom_bits(h);
-            }
+        if ((l | r) >= lim)
             continue;
-        }
-        size_t j = td__merge_slot(pair, m->hot_mask);
+        size_t j = td__merge_slot(e & ~(uint64_t)(TD__MERGE_RANKS - 1), m->hot_mask);
         while (m->hot[j] != UINT64_MAX)
             j = (j + 1) & m->hot_mask;
         m->hot[j] = e;
