@@ -217,7 +217,7 @@ typedef struct cache_ent {
 
 /* Words up to this many bytes are merged in batches by scanning (tokenizer_bpe.c), longer ones
  * one at a time by heap. */
-enum { TD__SCAN_MAX = 128, TD__BPE_BATCH = 8 };
+enum { TD__SCAN_MAX = 128, TD__BPE_BATCH = 32 };
 
 /* One word of a batch being merged: the live symbols packed at the front of `id`, each with the
  * rank of the pair it starts; `slot` holds the probe slots of pairs being looked up. */
