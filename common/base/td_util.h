@@ -28,6 +28,8 @@ int td_buf_reserve(td_buf_t *b, size_t extra);
 int td_buf_append(td_buf_t *b, const void *p, size_t n);
 int td_buf_append_str(td_buf_t *b, const char *s);
 int td_buf_append_char(td_buf_t *b, char c);
+/* v in decimal (what "%" PRId64 writes), without printf's cost on hot paths. */
+int td_buf_append_i64(td_buf_t *b, int64_t v);
 int td_buf_printf(td_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append `s` (n bytes of UTF-8) as a JSON string literal, quotes included: '"', '\\' and control
  * characters are escaped, everything else is copied as is. */

@@ -76,6 +76,20 @@ int td_buf_append_char(td_buf_t *b, char c)
     return td_buf_append(b, &c, 1);
 }
 
+int td_buf_append_i64(td_buf_t *b, int64_t v)
+{
+    char d[24];
+    size_t i = sizeof(d);
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        d[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        d[--i] = '-';
+    return td_buf_append(b, d + i, sizeof(d) - i);
+}
+
 int td_buf_printf(td_buf_t *b, const char *fmt, ...)
 {
     va_list ap;
