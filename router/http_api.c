@@ -478,10 +478,16 @@ static void random_id(char *out, size_t n, const char *prefix)
 {
     uint8_t b[12];
     char hex[25];
-    if (td_random_bytes(b, sizeof(b)) != 0)
+    if (td_random_id_bytes(b, sizeof(b)) != 0)
         memset(b, 0, sizeof(b));
     td_hex_encode(b, sizeof(b), hex);
-    snprintf(out, n, "%s%s", prefix, hex);
+    size_t pl = strlen(prefix);
+    if (pl + sizeof(hex) <= n) {
+        memcpy(out, prefix, pl);
+        memcpy(out + pl, hex, sizeof(hex)); /* with its NUL */
+    } else {
+        snprintf(out, n, "%s%s", prefix, hex);
+    }
 }
 
 /* Tokenize prompt p of a completions request. 0 or an error with td_err_msg (400). */

@@ -141,9 +141,11 @@ static int chunk_head(td_buf_t *b, const td_resp_ctx_t *c)
 {
     TRY(td_buf_append_str(b, "data: {\"id\":"));
     TRY(json_cstr(b, c->id));
-    TRY(td_buf_printf(b, ",\"object\":\"%s\",\"created\":%" PRId64 ",\"model\":",
-                      c->kind == TD_API_CHAT ? "chat.completion.chunk" : "text_completion",
-                      c->created));
+    TRY(td_buf_append_str(b, c->kind == TD_API_CHAT
+                                 ? ",\"object\":\"chat.completion.chunk\",\"created\":"
+                                 : ",\"object\":\"text_completion\",\"created\":"));
+    TRY(td_buf_append_i64(b, c->created));
+    TRY(td_buf_append_str(b, ",\"model\":"));
     TRY(json_cstr(b, c->model));
     return td_buf_append_str(b, ",\"choices\":[");
 }
@@ -160,7 +162,9 @@ static int openai_chunk(td_buf_t *b, const td_resp_ctx_t *c, int index, const ch
                         const char *finish)
 {
     TRY(chunk_head(b, c));
-    TRY(td_buf_printf(b, "{\"index\":%d,", index));
+    TRY(td_buf_append_str(b, "{\"index\":"));
+    TRY(td_buf_append_i64(b, index));
+    TRY(td_buf_append_char(b, ','));
     if (c->kind == TD_API_CHAT) {
         TRY(td_buf_append_str(b, "\"delta\":"));
         TRY(td_buf_append_str(b, delta_json));

@@ -28,6 +28,8 @@ int td_buf_reserve(td_buf_t *b, size_t extra);
 int td_buf_append(td_buf_t *b, const void *p, size_t n);
 int td_buf_append_str(td_buf_t *b, const char *s);
 int td_buf_append_char(td_buf_t *b, char c);
+/* v in decimal (what "%" PRId64 writes), without printf's cost on hot paths. */
+int td_buf_append_i64(td_buf_t *b, int64_t v);
 int td_buf_printf(td_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append `s` (n bytes of UTF-8) as a JSON string literal, quotes included: '"', '\\' and control
  * characters are escaped, everything else is copied as is. */
@@ -66,6 +68,12 @@ uint64_t td_wall_ns(void);
  * when n * size overflows. */
 void *td_calloc(size_t n, size_t size);
 void *td_reallocarray(void *p, size_t n, size_t size);
+/* Zeroed memory for a large table read at random (a tokenizer's hash tables): from 1 MiB up,
+ * mapped on its own, aligned to and rounded up to 2 MiB and marked for transparent huge pages, so
+ * its lookups do not each miss the TLB (smaller: calloc). NULL when out of memory or n * size
+ * overflows; td_huge_free(p, n * size), with the same size, gives it back (NULL is a no-op). */
+void *td_huge_calloc(size_t n, size_t size);
+void td_huge_free(void *p, size_t bytes);
 char *td_strdup(const char *s);
 char *td_strndup(const char *s, size_t n);
 

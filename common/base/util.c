@@ -76,6 +76,20 @@ int td_buf_append_char(td_buf_t *b, char c)
     return td_buf_append(b, &c, 1);
 }
 
+int td_buf_append_i64(td_buf_t *b, int64_t v)
+{
+    char d[24];
+    size_t i = sizeof(d);
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        d[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        d[--i] = '-';
+    return td_buf_append(b, d + i, sizeof(d) - i);
+}
+
 int td_buf_printf(td_buf_t *b, const char *fmt, ...)
 {
     va_list ap;
@@ -330,6 +344,38 @@ uint64_t td_wall_ns(void)
 void *td_calloc(size_t n, size_t size)
 {
     return calloc(n, size);
+}
+
+enum { HUGE_PAGE = 2 << 20, HUGE_MIN = 1 << 20 };
+
+void *td_huge_calloc(size_t n, size_t size)
+{
+    if (size && n > (SIZE_MAX - 2 * HUGE_PAGE) / size)
+        return NULL;
+    if (n * size < HUGE_MIN) /* not worth a page of its own */
+        return calloc(n, size);
+    size_t bytes = (TD_MAX(n * size, 1) + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
+    /* map one page more than needed and trim it to a 2 MiB boundary */
+    uint8_t *m = mmap(NULL, bytes + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                      -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    size_t lead = (HUGE_PAGE - ((uintptr_t)m & (HUGE_PAGE - 1))) & (HUGE_PAGE - 1);
+    if (lead)
+        munmap(m, lead);
+    munmap(m + lead + bytes, HUGE_PAGE - lead);
+#ifdef MADV_HUGEPAGE
+    madvise(m + lead, bytes, MADV_HUGEPAGE); /* only a hint: without it the pages are small */
+#endif
+    return m + lead;
+}
+
+void td_huge_free(void *p, size_t bytes)
+{
+    if (p && bytes < HUGE_MIN)
+        free(p);
+    else if (p)
+        munmap(p, (TD_MAX(bytes, 1) + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1));
 }
 
 void *td_reallocarray(void *p, size_t n, size_t size)

@@ -131,3 +131,25 @@ int td_random_bytes(void *out, size_t n)
         return td_err_set(TD_EINTERNAL, "no random bytes from OpenSSL");
     return 0;
 }
+
+/* OpenSSL's RAND_bytes checks for a fork (getpid) on every call: ids take their bytes from a
+ * per-thread block of its output instead, one call per ID_POOL bytes. */
+enum { ID_POOL = 4096 };
+static _Thread_local uint8_t id_pool[ID_POOL];
+static _Thread_local size_t id_left;
+
+int td_random_id_bytes(void *out, size_t n)
+{
+    if (n > ID_POOL / 8)
+        return td_random_bytes(out, n);
+    if (id_left < n) {
+        if (RAND_bytes(id_pool, ID_POOL) != 1)
+            return td_err_set(TD_EINTERNAL, "no random bytes from OpenSSL");
+        id_left = ID_POOL;
+    }
+    uint8_t *p = id_pool + ID_POOL - id_left;
+    memcpy(out, p, n);
+    memset(p, 0, n); /* a byte handed out is not kept */
+    id_left -= n;
+    return 0;
+}

@@ -55,5 +55,9 @@ bool td_auth_equal(const uint8_t *a, const uint8_t *b, size_t n);
 
 /* Fill `out` with cryptographically random bytes. 0 or TD_EINTERNAL. */
 int td_random_bytes(void *out, size_t n);
+/* Random bytes for identifiers (response and tool-call ids): the same CSPRNG output, drawn from
+ * a per-thread block so that most calls make no system call. Not for keys or nonces, and not
+ * across fork (a child would repeat its parent's block). 0 or TD_EINTERNAL. */
+int td_random_id_bytes(void *out, size_t n);
 
 #endif

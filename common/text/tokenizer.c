@@ -18,6 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A scratch's word cache: slots, then word bytes, then ids (1.4 MiB, in one huge page). */
+#define CACHE_BYTES                                                                       \
+    (TD__CACHE_SLOTS * sizeof(td__cache_ent_t) + TD__CACHE_TEXT + TD__CACHE_IDS * sizeof(int32_t))
+
 /* ---------------------------------------------------------------- small things */
 
 void td_tokens_init(td_tokens_t *t)
@@ -162,9 +166,7 @@ void td__scratch_free(struct td_scratch *s)
     td_buf_free(&s->qtext);
     free(s->sym);
     free(s->heap);
-    free(s->cache);
-    free(s->cache_text);
-    free(s->cache_ids);
+    td_huge_free(s->cache, CACHE_BYTES);
     free(s);
 }
 
@@ -176,9 +178,11 @@ static struct td_scratch *scratch_new(void)
     s->md = pcre2_match_data_create(1, NULL);
     s->mctx = pcre2_match_context_create(NULL);
     s->jstack = pcre2_jit_stack_create(32 << 10, 8 << 20, NULL);
-    s->cache = td_calloc(TD__CACHE_SLOTS, sizeof(td__cache_ent_t));
-    s->cache_text = malloc(TD__CACHE_TEXT);
-    s->cache_ids = malloc(TD__CACHE_IDS * sizeof(int32_t));
+    /* the word cache's slots, words and ids, in one huge page */
+    char *c = td_huge_calloc(1, CACHE_BYTES);
+    s->cache = (td__cache_ent_t *)c;
+    s->cache_text = c ? c + TD__CACHE_SLOTS * sizeof(td__cache_ent_t) : NULL;
+    s->cache_ids = c ? (int32_t *)(s->cache_text + TD__CACHE_TEXT) : NULL;
     if (!s->md || !s->mctx || !s->jstack || !s->cache || !s->cache_text || !s->cache_ids) {
         td__scratch_free(s);
         return NULL;

@@ -4,6 +4,7 @@
 #include "tokenizer_impl.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <utf8proc.h>
 
 /* The code point that ends at p+n. */
@@ -85,8 +86,14 @@ int td__split_added(const td_tokenizer_t *tok, struct td_scratch *s, const td__t
             int32_t ai = -1;
             for (; i < n; i++) {
                 uint8_t b = (uint8_t)p[i];
-                if (!(t->first[b >> 3] & (1u << (b & 7))))
+                if (t->nfirst == 1 && b != t->first_byte) { /* skip to the next candidate */
+                    const char *c = memchr(p + i, t->first_byte, n - i);
+                    if (!c)
+                        break;
+                    i = (size_t)(c - p);
+                } else if (!(t->first[b >> 3] & (1u << (b & 7)))) {
                     continue;
+                }
                 if ((ai = trie_longest(t, p + i, n - i, &mlen)) >= 0)
                     break;
             }

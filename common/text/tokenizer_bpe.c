@@ -10,11 +10,12 @@ enum {
     CACHE_MAX_WORD = 64, /* longer words are not cached (below TD__SCAN_MAX) */
 };
 
-/* The rank of `pair` (td__merge_pair) probing from slot i, UINT32_MAX when it does not merge. */
-static inline uint32_t merge_at(const td__mergemap_t *m, uint64_t pair, size_t i)
+/* The rank of `pair` (td__merge_pair) probing table t (td__merge_table) from slot i, UINT32_MAX
+ * when it does not merge. */
+static inline uint32_t merge_at(const uint64_t *t, size_t mask, uint64_t pair, size_t i)
 {
-    for (;; i = (i + 1) & m->mask) {
-        uint64_t e = m->ents[i];
+    for (;; i = (i + 1) & mask) {
+        uint64_t e = t[i];
         if ((e & ~(uint64_t)(TD__MERGE_RANKS - 1)) == pair)
             return (uint32_t)(e & (TD__MERGE_RANKS - 1));
         if (e == UINT64_MAX)
@@ -25,7 +26,9 @@ static inline uint32_t merge_at(const td__mergemap_t *m, uint64_t pair, size_t i
 static inline uint32_t merge_rank(const td_tokenizer_t *tok, int32_t a, int32_t b)
 {
     uint64_t pair = td__merge_pair(a, b);
-    return merge_at(&tok->merges, pair, td__merge_slot(pair, tok->merges.mask));
+    size_t mask;
+    const uint64_t *t = td__merge_table(&tok->merges, a, b, &mask);
+    return merge_at(t, mask, pair, td__merge_slot(pair, mask));
 }
 
 static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym, int32_t i)
@@ -41,21 +44,31 @@ static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym
  * packed (a merge moves the tail down one place), so picking is a pass over contiguous memory,
  * and the probes of different words, all cache misses on a large table, overlap. */
 
+/* A probe's slot has SLOT_HOT set when it is in the hot table. */
+#define SLOT_HOT 0x80000000u
+
 /* Compute the slots of pairs lo..hi of sc and prefetch them. */
 static inline void probe_start(const td__mergemap_t *m, td__scan_t *sc, uint32_t lo, uint32_t hi)
 {
     sc->lo = lo;
     sc->hi = hi;
     for (uint32_t i = lo; i <= hi; i++) {
-        sc->slot[i] = (uint32_t)td__merge_slot(td__merge_pair(sc->id[i], sc->id[i + 1]), m->mask);
-        __builtin_prefetch(&m->ents[sc->slot[i]]);
+        size_t mask;
+        const uint64_t *t = td__merge_table(m, sc->id[i], sc->id[i + 1], &mask);
+        uint32_t slot = (uint32_t)td__merge_slot(td__merge_pair(sc->id[i], sc->id[i + 1]), mask);
+        __builtin_prefetch(&t[slot]);
+        sc->slot[i] = slot | (t == m->hot ? SLOT_HOT : 0);
     }
 }
 
 static inline void probe_finish(const td__mergemap_t *m, td__scan_t *sc)
 {
-    for (uint32_t i = sc->lo; i <= sc->hi; i++)
-        sc->rank[i] = merge_at(m, td__merge_pair(sc->id[i], sc->id[i + 1]), sc->slot[i]);
+    for (uint32_t i = sc->lo; i <= sc->hi; i++) {
+        uint32_t slot = sc->slot[i];
+        uint64_t pair = td__merge_pair(sc->id[i], sc->id[i + 1]);
+        sc->rank[i] = slot & SLOT_HOT ? merge_at(m->hot, m->hot_mask, pair, slot & ~SLOT_HOT)
+                                      : merge_at(m->ents, m->mask, pair, slot);
+    }
     sc->lo = 1;
     sc->hi = 0;
 }
@@ -308,13 +321,14 @@ int td__bpe_self_init(td_tokenizer_t *tok)
     return 0;
 }
 
-/* The byte-level string of w[0..n) into m (room for 3 n bytes); its length. */
+/* The byte-level string of w[0..n) into m (room for 2 n bytes); its length. */
 static size_t byte_level(const td_tokenizer_t *tok, const char *w, size_t n, char *m)
 {
     size_t ml = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) { /* byte-level chars are U+0021..U+0143: 1 or 2 bytes */
         uint8_t b = (uint8_t)w[i];
-        memcpy(m + ml, tok->byte_char[b], tok->byte_char_len[b]);
+        m[ml] = tok->byte_char[b][0];
+        m[ml + 1] = tok->byte_char[b][1];
         ml += tok->byte_char_len[b];
     }
     return ml;
@@ -351,12 +365,19 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
     char vm[TD__BPE_BATCH][3 * TD__SCAN_MAX]; /* byte-level strings (byte_char: <= 3 bytes) */
     size_t vn[TD__BPE_BATCH];
     const struct td__strmap_ent *ve[TD__BPE_BATCH];
+    bool hit[TD__BPE_BATCH];
     size_t which[TD__BPE_BATCH], nw = 0;
-    /* the queued words missed the word cache; in passes, each starting the cache misses the next
-     * one needs: the vocabulary's slots, then its bytes */
+    /* in passes, each starting the cache misses the next one needs: the word cache's slots
+     * (prefetched when the words were queued), the vocabulary's slots, then its bytes */
     for (size_t k = 0; k < nq; k++) {
         h[k] = s->qhash[k];
         ve[k] = NULL;
+        const td__cache_ent_t *e = h[k] ? cache_find(s, base + s->qoff[k], s->qlen[k], h[k]) : NULL;
+        if ((hit[k] = e != NULL)) { /* copied out before any cache_add below can reset it */
+            memcpy(s->qscan[k].id, s->cache_ids + e->ioff, e->nids * sizeof(int32_t));
+            s->qscan[k].n = e->nids;
+            continue;
+        }
         if (tok->bpe_self) {
             vn[k] = byte_level(tok, base + s->qoff[k], s->qlen[k], vm[k]);
             vh[k] = td__hash(vm[k], vn[k]);
@@ -364,10 +385,12 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
         }
     }
     for (size_t k = 0; k < nq; k++)
-        if (tok->bpe_self && (ve[k] = vocab_slot(&tok->vocab, vh[k], vn[k])))
+        if (!hit[k] && tok->bpe_self && (ve[k] = vocab_slot(&tok->vocab, vh[k], vn[k])))
             __builtin_prefetch(tok->arena + ve[k]->off);
     for (size_t k = 0; k < nq; k++) {
         td__scan_t *sc = &s->qscan[k];
+        if (hit[k])
+            continue;
         int32_t self = -1;
         if (ve[k]) {
             self = memcmp(tok->arena + ve[k]->off, vm[k], vn[k]) == 0
@@ -389,15 +412,15 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
         const td__scan_t *sc = &s->qscan[k];
         memcpy(out->ids + out->len, sc->id, sc->n * sizeof(int32_t));
         out->len += sc->n;
-        if (s->qlen[k] <= CACHE_MAX_WORD)
+        if (!hit[k] && h[k])
             cache_add(s, base + s->qoff[k], s->qlen[k], h[k], sc->id, sc->n);
     }
     td_buf_reset(&s->qtext);
     return 0;
 }
 
-/* Queue a word of at most TD__SCAN_MAX bytes that is not in the word cache (h: its hash when it
- * is short enough to be cached) for the next batch; a full batch is merged. */
+/* Queue a word of at most TD__SCAN_MAX bytes (h: its hash when it is short enough to be cached,
+ * else 0) for the next batch; a full batch is looked up in the word cache and the rest merged. */
 static int bpe_queue(const td_tokenizer_t *tok, struct td_scratch *s, const char *w, size_t n,
                      uint64_t h, td_tokens_t *out)
 {
@@ -421,6 +444,14 @@ int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w,
         return 0;
     int rc;
     uint64_t h = 0;
+    if (n <= TD__SCAN_MAX && !tok->ignore_merges) {
+        /* queued, the word cache's slot prefetched: the batch's lookups overlap their misses */
+        if (n <= CACHE_MAX_WORD) {
+            h = td__hash(w, n);
+            __builtin_prefetch(&s->cache[h & (TD__CACHE_SLOTS - 1)]);
+        }
+        return bpe_queue(tok, s, w, n, h, out);
+    }
     if (n <= CACHE_MAX_WORD) { /* a hit goes out at once, after what is queued */
         h = td__hash(w, n);
         const td__cache_ent_t *e = cache_find(s, w, n, h);
@@ -435,8 +466,6 @@ int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w,
             }
         }
     }
-    if (n <= TD__SCAN_MAX && !tok->ignore_merges)
-        return bpe_queue(tok, s, w, n, h, out);
     if ((rc = td__bpe_flush(tok, s, out)) || (rc = td__tokens_reserve(out, n)))
         return rc;
     if (n > TD__SCAN_MAX) /* longer than any cached word */

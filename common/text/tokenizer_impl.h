@@ -53,6 +53,8 @@ typedef struct td__trie {
     } * nodes; /* [nnodes] */
     size_t nnodes, cap;
     uint8_t first[32]; /* bitset of bytes that start some token */
+    uint16_t nfirst;   /* bytes in it */
+    uint8_t first_byte; /* the one when nfirst is 1 (found by memchr) */
 } td__trie_t;
 
 /* Vocabulary string -> id table (open addressing). */
@@ -80,6 +82,14 @@ typedef struct td__mergemap {
      * as DeepSeek's, Qwen's and OpenAI's are): the id is then computed, not read */
     bool by_offset;
     int32_t id_offset;
+    /* A copy of every merge whose two ids are both below hot_lim (a power of two, the largest
+     * whose merges fit TD__MERGE_HOT_MAX; 0 = no copy): the pairs of short tokens (bytes, common
+     * pieces), most of the probes of any text, are looked up in this small table (256 KiB at
+     * most, so it stays in the core's cache) instead of the large one. Exact: a pair below the
+     * limit that is not here does not merge. */
+    uint64_t *hot; /* [hot_mask + 1] */
+    size_t hot_mask;
+    uint32_t hot_lim;
 } td__mergemap_t;
 
 enum {
@@ -87,6 +97,7 @@ enum {
     TD__MERGE_ID_BITS = 21,
     TD__MERGE_RANKS = 1 << TD__MERGE_RANK_BITS,
     TD__MERGE_ID_MAX = (1 << TD__MERGE_ID_BITS) - 2, /* all ones is the empty slot's */
+    TD__MERGE_HOT_MAX = 1 << 14,                      /* merges in the hot table, at most */
 };
 
 /* The pair part of a slot word: left << 43 | right << 22 (ids at most TD__MERGE_ID_MAX). */
@@ -106,6 +117,19 @@ static inline int32_t td__merge_id(const td__mergemap_t *m, uint32_t rank)
 static inline size_t td__merge_slot(uint64_t pair, size_t mask)
 {
     return (size_t)(((pair >> TD__MERGE_RANK_BITS) * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+}
+
+/* The slot array and mask a pair of ids (left, right) is looked up in: the hot table when both
+ * are below its limit, else the full one. */
+static inline const uint64_t *td__merge_table(const td__mergemap_t *m, int32_t left, int32_t right,
+                                              size_t *mask)
+{
+    if (((uint32_t)left | (uint32_t)right) < m->hot_lim) {
+        *mask = m->hot_mask;
+        return m->hot;
+    }
+    *mask = m->mask;
+    return m->ents;
 }
 
 /* Per id: what decode writes and where the token text is. */
@@ -193,7 +217,7 @@ typedef struct cache_ent {
 
 /* Words up to this many bytes are merged in batches by scanning (tokenizer_bpe.c), longer ones
  * one at a time by heap. */
-enum { TD__SCAN_MAX = 128, TD__BPE_BATCH = 8 };
+enum { TD__SCAN_MAX = 128, TD__BPE_BATCH = 32 };
 
 /* One word of a batch being merged: the live symbols packed at the front of `id`, each with the
  * rank of the pair it starts; `slot` holds the probe slots of pairs being looked up. */

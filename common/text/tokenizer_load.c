@@ -254,12 +254,13 @@ void td_tokenizer_free(td_tokenizer_t *tok)
     free(tok->prefix);
     free(tok->suffix);
     free(tok->added);
-    free(tok->added_map.ents);
+    td_huge_free(tok->added_map.ents, (tok->added_map.mask + 1) * sizeof(*tok->added_map.ents));
     free(tok->trie_raw.nodes);
     free(tok->trie_norm.nodes);
-    free(tok->vocab.ents);
-    free(tok->merges.ents);
+    td_huge_free(tok->vocab.ents, (tok->vocab.mask + 1) * sizeof(*tok->vocab.ents));
+    td_huge_free(tok->merges.ents, (tok->merges.mask + 1) * sizeof(*tok->merges.ents));
     free(tok->merges.ids);
+    free(tok->merges.hot);
     free(tok->bpe_self);
     free(tok->ids);
     free(tok->arena);

@@ -30,6 +30,10 @@ static int trie_insert(td__trie_t *t, const uint8_t *s, size_t n, int32_t added)
         return TD_ENOMEM;
     if (!n)
         return 0;
+    if (!(t->first[s[0] >> 3] & (1u << (s[0] & 7)))) {
+        t->nfirst++;
+        t->first_byte = s[0];
+    }
     t->first[s[0] >> 3] |= (uint8_t)(1u << (s[0] & 7));
     int32_t cur = 0;
     for (size_t i = 0; i < n; i++) {

@@ -34,8 +34,14 @@ static int regex_matches(const td_tokenizer_t *tok, struct td_scratch *s, const 
 {
     size_t off = 0, prev = 0;
     size_t last_end = SIZE_MAX;
+    /* a JIT-compiled pattern is run by pcre2_jit_match, which skips pcre2_match's per-call checks
+     * (the text is valid UTF-8 already) */
+    size_t jit = 0;
+    if (pcre2_pattern_info(re, PCRE2_INFO_JITSIZE, &jit) != 0)
+        jit = 0;
     while (off <= n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)p, n, off, PCRE2_NO_UTF_CHECK, s->md, s->mctx);
+        int rc = jit ? pcre2_jit_match(re, (PCRE2_SPTR)p, n, off, 0, s->md, s->mctx)
+                     : pcre2_match(re, (PCRE2_SPTR)p, n, off, PCRE2_NO_UTF_CHECK, s->md, s->mctx);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
         if (rc < 0) {

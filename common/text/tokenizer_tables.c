@@ -41,7 +41,7 @@ int td__strmap_init(td__strmap_t *m, size_t want)
     size_t cap = 16;
     while (cap < want * 2)
         cap *= 2;
-    m->ents = td_calloc(cap, sizeof(*m->ents));
+    m->ents = td_huge_calloc(cap, sizeof(*m->ents));
     if (!m->ents)
         return TD_ENOMEM;
     m->mask = cap - 1;
@@ -87,10 +87,10 @@ int td__mergemap_init(td__mergemap_t *m, size_t want)
     size_t cap = 16;
     while (cap < want * 2)
         cap *= 2;
-    m->ents = malloc(cap * sizeof(*m->ents));
+    m->ents = td_huge_calloc(cap, sizeof(*m->ents));
     m->ids = malloc(TD_MAX(want, 1) * sizeof(*m->ids));
     if (!m->ents || !m->ids) {
-        free(m->ents);
+        td_huge_free(m->ents, cap * sizeof(*m->ents));
         free(m->ids);
         m->ents = NULL;
         m->ids = NULL;
@@ -158,10 +158,59 @@ int td__byte_of_char(uint32_t cp)
     return cp < 324 ? inv[cp] : -1;
 }
 
+/* Copy the merges whose ids are both below the largest power of two that keeps them within
+ * TD__MERGE_HOT_MAX into m->hot (none when even 2 would not, or the copy cannot be allocated:
+ * every lookup then goes to the full table, which is only slower). */
+static void mergemap_hot(td__mergemap_t *m)
+{
+    size_t below[TD__MERGE_ID_BITS + 1] = {0}; /* merges whose larger id needs k bits */
+    for (size_t i = 0; i <= m->mask; i++) {
+        uint64_t e = m->ents[i];
+        if (e == UINT64_MAX)
+            continue;
+        uint32_t big = TD_MAX((uint32_t)(e >> (TD__MERGE_ID_BITS + TD__MERGE_RANK_BITS)),
+                              (uint32_t)(e >> TD__MERGE_RANK_BITS) & ((1u << TD__MERGE_ID_BITS) - 1));
+        below[big ? 32 - __builtin_clz(big) : 0]++;
+    }
+    size_t n = 0, bits = 0; /* the hot table takes the merges whose ids have at most `bits` bits */
+    for (size_t k = 0; k <= TD__MERGE_ID_BITS && n + below[k] <= TD__MERGE_HOT_MAX; k++) {
+        n += below[k];
+        bits = k;
+    }
+    m->hot_lim = 0;
+    if (bits < 1)
+        return;
+    size_t cap = 16;
+    while (cap < n * 2)
+        cap *= 2;
+    m->hot = malloc(cap * sizeof(*m->hot));
+    if (!m->hot)
+        return;
+    for (size_t i = 0; i < cap; i++)
+        m->hot[i] = UINT64_MAX;
+    m->hot_mask = cap - 1;
+    uint32_t lim = 1u << bits;
+    for (size_t i = 0; i <= m->mask; i++) {
+        uint64_t e = m->ents[i];
+        if (e == UINT64_MAX)
+            continue;
+        uint32_t l = (uint32_t)(e >> (TD__MERGE_ID_BITS + TD__MERGE_RANK_BITS));
+        uint32_t r = (uint32_t)(e >> TD__MERGE_RANK_BITS) & ((1u << TD__MERGE_ID_BITS) - 1);
+        if ((l | r) >= lim)
+            continue;
+        size_t j = td__merge_slot(e & ~(uint64_t)(TD__MERGE_RANKS - 1), m->hot_mask);
+        while (m->hot[j] != UINT64_MAX)
+            j = (j + 1) & m->hot_mask;
+        m->hot[j] = e;
+    }
+    m->hot_lim = lim;
+}
+
 void td__mergemap_done(td__mergemap_t *m, size_t nranks)
 {
     m->by_offset = nranks > 0;
     m->id_offset = nranks ? m->ids[0] : 0;
     for (size_t r = 0; r < nranks && m->by_offset; r++)
         m->by_offset = (int64_t)m->ids[r] == (int64_t)r + m->id_offset;
+    mergemap_hot(m);
 }

@@ -9,6 +9,7 @@
 
 #include <check.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,43 @@ START_TEST(test_buf)
     ck_assert_ptr_null(b.data);
     free(s);
     td_buf_free(&b);
+}
+END_TEST
+
+START_TEST(test_buf_i64)
+{
+    const int64_t vals[] = {0, 1, -1, 9, 10, -10, 1234567890123, INT64_MAX, INT64_MIN, INT64_MIN + 1};
+    td_buf_t b, want;
+    td_buf_init(&b);
+    td_buf_init(&want);
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+        ck_assert_int_eq(td_buf_append_i64(&b, vals[i]), 0);
+        ck_assert_int_eq(td_buf_append_char(&b, ','), 0);
+        ck_assert_int_eq(td_buf_printf(&want, "%" PRId64 ",", vals[i]), 0);
+    }
+    ck_assert_str_eq(b.data, want.data);
+    ck_assert_uint_eq(b.len, want.len);
+    td_buf_free(&b);
+    td_buf_free(&want);
+}
+END_TEST
+
+START_TEST(test_huge_calloc)
+{
+    size_t sizes[] = {100, (3u << 20) + 5, 2u << 20};
+    for (size_t k = 0; k < 3; k++) {
+        uint8_t *p = td_huge_calloc(sizes[k], 1);
+        ck_assert_ptr_nonnull(p);
+        if (sizes[k] >= (1u << 20)) /* mapped on its own, on a 2 MiB boundary */
+            ck_assert_uint_eq((uintptr_t)p % (2u << 20), 0);
+        for (size_t i = 0; i < sizes[k]; i += 4093)
+            ck_assert_uint_eq(p[i], 0);
+        ck_assert_uint_eq(p[sizes[k] - 1], 0);
+        memset(p, 0xAB, sizes[k]);
+        td_huge_free(p, sizes[k]);
+    }
+    ck_assert_ptr_null(td_huge_calloc(SIZE_MAX / 2, 4));
+    td_huge_free(NULL, 5u << 20);
 }
 END_TEST
 
@@ -433,6 +471,8 @@ static Suite *base_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_error_table);
     tcase_add_test(tc, test_buf);
+    tcase_add_test(tc, test_buf_i64);
+    tcase_add_test(tc, test_huge_calloc);
     tcase_add_test(tc, test_parse);
     tcase_add_test(tc, test_json_string);
     tcase_add_test(tc, test_hex_and_paths);
