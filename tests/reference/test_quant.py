@@ -44,7 +44,8 @@ MODULES = os.environ.get("TD_NODE_MODULES") or os.path.join(HERE, "..", "node", 
 PROMPT = [5, 17, 99, 250, 7, 7, 400, 31, 2, 480]
 STEPS = 12
 # what each --gguf type must put in the file (besides F32 vectors and fallbacks)
-WANT_TYPES = {"q4_0": {"Q4_0"}, "q4_k": {"Q4_K"}, "q6_k": {"Q6_K"}, "q4_k_m": {"Q4_K", "Q6_K"}}
+WANT_TYPES = {"q8_0": {"Q8_0"}, "q4_0": {"Q4_0"}, "q4_k": {"Q4_K"}, "q6_k": {"Q6_K"},
+              "q4_k_m": {"Q4_K", "Q6_K"}}
 # llama.cpp vs the reference, per position: the largest difference of any token's probability.
 # Measured here: 0.002-0.06 (llama.cpp's 8-bit activations and F16 KV cache), except where a
 # DeepSeek MoE routing choice between close experts flips (0.3-0.5 at a few positions). A wrong
@@ -79,15 +80,21 @@ class QuantTest(unittest.TestCase):
         _, tensors = formats.read_gguf(gguf)
         types = {t for t, _ in tensors.values()}
         self.assertTrue(WANT_TYPES[gtype] <= types, "%s %s: file holds %s" % (arch, gtype, types))
-        # the engine against the numpy dequantization
-        out = os.path.join(d, "engine.json")
-        subprocess.run([ENGINE_DUMP, gguf, ",".join(map(str, PROMPT)), str(STEPS), out, "16", "2"],
-                       check=True, capture_output=True, timeout=300)
-        with open(out) as f:
-            engine = json.load(f)
-        ok, msg, worst = compare_engine.compare(gguf, engine, 1e-4)
-        print("%-12s %-6s engine vs numpy dequantization: %s" % (arch, gtype, msg))
-        self.assertTrue(ok, "%s %s: %s" % (arch, gtype, msg))
+        # the engine against the numpy dequantization: with fp32 activations against the plain
+        # float64 forward, and with its default 8-bit activations (Q8_0 / Q4_0 weights) against
+        # the forward that rounds them the same way (compare_engine's rules for rounding flips)
+        for act8 in (False, True):
+            out = os.path.join(d, "engine%d.json" % act8)
+            subprocess.run([ENGINE_DUMP, gguf, ",".join(map(str, PROMPT)), str(STEPS), out, "16",
+                            "2"] + ([] if act8 else ["f32act"]),
+                           check=True, capture_output=True, timeout=300)
+            with open(out) as f:
+                engine = json.load(f)
+            ok, msg, worst = compare_engine.compare(gguf, engine, 1e-4, act8)
+            print("%-12s %-6s engine (%s activations) vs numpy dequantization: %s (largest error "
+                  "%.3g of the largest logit)" % (arch, gtype, "8-bit" if act8 else "fp32", msg,
+                                                  worst))
+            self.assertTrue(ok, "%s %s: %s" % (arch, gtype, msg))
         if not have_llamacpp():
             print("%-12s %-6s llama.cpp: SKIP (%s)" % (arch, gtype, llamacpp_env.missing()))
             return
