@@ -129,8 +129,9 @@ K static void quant_row_avx2(const float *x, int64_t n, int8_t *q, float *d)
         __m256 v[4], m;
         for (int k = 0; k < 4; k++)
             v[k] = _mm256_loadu_ps(x + 8 * k);
-        m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
-                          _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        m = _mm256_max_ps(
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+            _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
         __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         h = _mm_max_ps(h, _mm_movehl_ps(h, h));
         h = _mm_max_ss(h, _mm_movehdup_ps(h));
@@ -140,10 +141,11 @@ K static void quant_row_avx2(const float *x, int64_t n, int8_t *q, float *d)
         const __m256 iv = _mm256_set1_ps(id);
         __m256i i[4];
         for (int k = 0; k < 4; k++)
-            i[k] = _mm256_cvtps_epi32(
-                _mm256_round_ps(_mm256_mul_ps(v[k], iv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            i[k] = _mm256_cvtps_epi32(_mm256_round_ps(
+                _mm256_mul_ps(v[k], iv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         /* pack to int8 keeping value order: packs work within 128-bit lanes, then a permute */
-        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+        __m256i p =
+            _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
         p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256((__m256i *)q, p);
     }
@@ -227,8 +229,9 @@ typedef void (*tile_fn)(const uint8_t *const *, const int8_t *, int64_t, const f
     }
 #define TILES(name, T)                                                                             \
     TILE(name, T, 1, 1)                                                                            \
-    TILE(name, T, 2, 1) TILE(name, T, 3, 1) TILE(name, T, 4, 1) TILE(name, T, 1, 4)                \
-        TILE(name, T, 2, 4) TILE(name, T, 3, 4)
+    TILE(name, T, 2, 1)                                                                            \
+    TILE(name, T, 3, 1) TILE(name, T, 4, 1) TILE(name, T, 1, 4) TILE(name, T, 2, 4)                \
+        TILE(name, T, 3, 4)
 TILES(q8, TD_DTYPE_Q8_0)
 TILES(q4, TD_DTYPE_Q4_0)
 
@@ -287,6 +290,6 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
 #endif
     for (int64_t r = r0; r < r1; r++)
         for (int64_t t = 0; t < T; t++)
-            out[t * out_ld + r] = dot_generic(W->dtype, data + (size_t)r * rb, q + t * n,
-                                              d + t * nb, nb);
+            out[t * out_ld + r] =
+                dot_generic(W->dtype, data + (size_t)r * rb, q + t * n, d + t * nb, nb);
 }

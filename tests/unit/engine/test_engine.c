@@ -313,7 +313,8 @@ START_TEST(test_gguf_matches_safetensors)
             snprintf(gpath, sizeof(gpath), "%s/m%d%d.gguf", tmpdir, i, form);
             /* Q8_0 rounds the set first, so the F32 copy holds the same values: the same logits
              * with fp32 activations; with the default 8-bit ones (llama.cpp's scheme), within
-             * what rounding every product's input to 8 bits costs (measured 2026-12-01: 0.011-0.018) */
+             * what rounding every product's input to 8 bits costs (measured 2026-12-01:
+             * 0.011-0.018) */
             fx_write_gguf(gpath, &s, cfgs[i], form == 1, form == 2 && cfgs[i]->deepseek);
             snprintf(name, sizeof(name), "gguf_ref_%d%d", i, form);
             write_hf(name, &s, cfgs[i], (fx_st_opts_t){FX_F32, 1, false}, dir, sizeof(dir));
