@@ -67,13 +67,13 @@ static inline void block_scale(float amax, float *d, float *id)
     *id = amax != 0.0f ? 127.0f / amax : 0.0f;
 }
 
-static void quant_row_generic(const float *x, int64_t n, int8_t *q, float *d)
+static void quant_row_generic(const float *x, int64_t n, int8_t *q, float *d, int64_t ldd)
 {
     for (int64_t b = 0; b < n / QK; b++, x += QK, q += QK) {
         float amax = 0, id;
         for (int j = 0; j < QK; j++)
             amax = fmaxf(amax, fabsf(x[j]));
-        block_scale(amax, &d[b], &id);
+        block_scale(amax, &d[b * ldd], &id);
         for (int j = 0; j < QK; j++)
             q[j] = (int8_t)rintf(x[j] * id);
     }
@@ -97,12 +97,12 @@ static inline float wblock(td_dtype_t t, const uint8_t *row, int64_t b, int8_t w
 
 /* The portable kernel: one output at a time, the same lanes and block order as the x86 ones. */
 static float dot_generic(td_dtype_t t, const uint8_t *row, const int8_t *q, const float *d,
-                         int64_t nb)
+                         int64_t ldd, int64_t nb)
 {
     float acc[8] = {0};
     for (int64_t b = 0; b < nb; b++, q += QK) {
         int8_t w[QK];
-        float dd = wblock(t, row, b, w) * d[b];
+        float dd = wblock(t, row, b, w) * d[b * ldd];
         for (int k = 0; k < 8; k++) {
             int32_t s = 0;
             for (int j = 4 * k; j < 4 * k + 4; j++)
@@ -122,7 +122,7 @@ static float dot_generic(td_dtype_t t, const uint8_t *row, const int8_t *q, cons
 
 /* The same values as quant_row_generic: max of magnitudes is exact, one rounding each for
  * amax / 127, 127 / amax and x * id, rounding to nearest even for q and for the fp16 step. */
-K static void quant_row_avx2(const float *x, int64_t n, int8_t *q, float *d)
+K static void quant_row_avx2(const float *x, int64_t n, int8_t *q, float *d, int64_t ldd)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t b = 0; b < n / QK; b++, x += QK, q += QK) {
@@ -137,7 +137,7 @@ K static void quant_row_avx2(const float *x, int64_t n, int8_t *q, float *d)
         h = _mm_max_ss(h, _mm_movehdup_ps(h));
         float amax = _mm_cvtss_f32(h), id, dd = amax / 127.0f;
         id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        d[b] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
+        d[b * ldd] = _cvtsh_ss(_cvtss_sh(dd, _MM_FROUND_TO_NEAREST_INT));
         const __m256 iv = _mm256_set1_ps(id);
         __m256i i[4];
         for (int k = 0; k < 4; k++)
@@ -183,9 +183,9 @@ KI float lanes(__m256 acc)
     return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-/* R rows against TN tokens (q + t * ldq, d + t * nb): out[r][t]. */
+/* R rows against TN tokens (values q + t * ldq, block b's step d[b * ldd + t]): out[r][t]. */
 KI void tile(td_dtype_t T, int R, int TN, const uint8_t *const *w, const int8_t *q, int64_t ldq,
-             const float *d, int64_t nb, float out[4][4], const char *pf)
+             const float *d, int64_t ldd, int64_t nb, float out[4][4], const char *pf)
 {
     const int bs = T == TD_DTYPE_Q8_0 ? 34 : 18;
     __m256 acc[4][4];
@@ -199,16 +199,29 @@ KI void tile(td_dtype_t T, int R, int TN, const uint8_t *const *w, const int8_t 
 #pragma GCC unroll 4
             for (int p = 0; p < R * bs; p += 64)
                 _mm_prefetch(pf + (size_t)b * R * bs + p, _MM_HINT_T0);
+        __m256i wv[4], aw[4];
+        float dd[4][4];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const uint8_t *blk = w[r] + b * bs;
-            __m256i wv = wvec(T, blk);
-            float dw = wstep(blk);
+            wv[r] = wvec(T, blk);
+            aw[r] = _mm256_sign_epi8(wv[r], wv[r]);
+            /* the steps' products dw * dx for the tile's tokens in one multiply, broadcast back
+             * from memory (loads, where shuffles would take the multiply units' ports) */
+            if (TN == 4)
+                _mm_storeu_ps(dd[r],
+                              _mm_mul_ps(_mm_set1_ps(wstep(blk)), _mm_loadu_ps(d + b * ldd)));
+            else
+                dd[r][0] = wstep(blk) * d[b * ldd];
+        }
 #pragma GCC unroll 4
-            for (int t = 0; t < TN; t++) {
-                __m256i qv = _mm256_loadu_si256((const __m256i *)(q + t * ldq + b * QK));
-                __m256 dd = _mm256_set1_ps(dw * d[t * nb + b]);
-                acc[r][t] = _mm256_fmadd_ps(dd, lane_sums(wv, qv), acc[r][t]);
+        for (int t = 0; t < TN; t++) {
+            __m256i qv = _mm256_loadu_si256((const __m256i *)(q + t * ldq + b * QK));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256i p = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(qv, wv[r]));
+                __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[r][t]), s, acc[r][t]);
             }
         }
     }
@@ -220,18 +233,19 @@ KI void tile(td_dtype_t T, int R, int TN, const uint8_t *const *w, const int8_t 
 }
 
 typedef void (*tile_fn)(const uint8_t *const *, const int8_t *, int64_t, const float *, int64_t,
-                        float[4][4], const char *);
+                        int64_t, float[4][4], const char *);
 #define TILE(name, T, R, TN)                                                                       \
     K static void name##_##R##x##TN(const uint8_t *const *w, const int8_t *q, int64_t ldq,         \
-                                    const float *d, int64_t nb, float out[4][4], const char *pf)   \
+                                    const float *d, int64_t ldd, int64_t nb, float out[4][4],      \
+                                    const char *pf)                                                \
     {                                                                                              \
-        tile(T, R, TN, w, q, ldq, d, nb, out, pf);                                                 \
+        tile(T, R, TN, w, q, ldq, d, ldd, nb, out, pf);                                            \
     }
 #define TILES(name, T)                                                                             \
     TILE(name, T, 1, 1)                                                                            \
     TILE(name, T, 2, 1)                                                                            \
-    TILE(name, T, 3, 1) TILE(name, T, 4, 1) TILE(name, T, 1, 4) TILE(name, T, 2, 4)                \
-        TILE(name, T, 3, 4)
+    TILE(name, T, 3, 1)                                                                            \
+    TILE(name, T, 4, 1) TILE(name, T, 1, 4) TILE(name, T, 2, 4) TILE(name, T, 3, 4)
 TILES(q8, TD_DTYPE_Q8_0)
 TILES(q4, TD_DTYPE_Q4_0)
 
@@ -245,14 +259,14 @@ void td__cpu_quant_act(const float *x, int64_t x_ld, int64_t T, int64_t n, int8_
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * x_ld;
         int8_t *qr = q + t * n;
-        float *dr = d + t * (n / QK);
+        float *dr = d + t;
 #ifdef TD_CPU_FMA_KERNELS
         if (td__cpu_fma()) {
-            quant_row_avx2(xr, n, qr, dr);
+            quant_row_avx2(xr, n, qr, dr, T);
             continue;
         }
 #endif
-        quant_row_generic(xr, n, qr, dr);
+        quant_row_generic(xr, n, qr, dr, T);
     }
 }
 
@@ -273,14 +287,14 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
             float o[4][4];
             int64_t t = 0;
             for (; t + 4 <= T && R <= 3; t += 4) {
-                tiles4[k][R - 1](w, q + t * n, n, d + t * nb, nb, o, NULL);
+                tiles4[k][R - 1](w, q + t * n, n, d + t, T, nb, o, NULL);
                 for (int i = 0; i < R; i++)
                     for (int j = 0; j < 4; j++)
                         out[(t + j) * out_ld + r + i] = o[i][j];
             }
             for (; t < T; t++) {
                 const char *pf = T == 1 ? (const char *)(w[0] + (size_t)R * rb) : NULL;
-                tiles1[k][R - 1](w, q + t * n, n, d + t * nb, nb, o, pf);
+                tiles1[k][R - 1](w, q + t * n, n, d + t, T, nb, o, pf);
                 for (int i = 0; i < R; i++)
                     out[t * out_ld + r + i] = o[i][0];
             }
@@ -291,5 +305,5 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
     for (int64_t r = r0; r < r1; r++)
         for (int64_t t = 0; t < T; t++)
             out[t * out_ld + r] =
-                dot_generic(W->dtype, data + (size_t)r * rb, q + t * n, d + t * nb, nb);
+                dot_generic(W->dtype, data + (size_t)r * rb, q + t * n, d + t, T, nb);
 }
