@@ -1,16 +1,20 @@
 #!/usr/bin/python3
-"""llama.cpp's block formats Q4_0, Q4_K and Q6_K (and the Q4_K_M mix of the last two): `tandem
-mkmodel --gguf` writes them with ggml's reference quantizers, the engine computes with them, and
-both are checked against two independent readings of the same file:
+"""llama.cpp's block formats Q8_0, Q4_0, Q4_K and Q6_K (and the Q4_K_M mix of the last two):
+`tandem mkmodel --gguf` writes them with ggml's reference quantizers, the engine computes with
+them, and both are checked against two independent readings of the same file:
 
 - the reference's numpy dequantization of the raw blocks (formats.py, written from ggml's block
-  layouts) run through the float64 forward: the engine's fp32 logits agree within 1e-4 of the
-  largest logit at every step and its greedy ids are identical;
+  layouts) run through the float64 forward: the engine with fp32 activations (engine_dump's
+  f32act) agrees within 1e-4 of the largest logit at every step with identical greedy ids; the
+  engine with its default 8-bit activations for Q8_0 / Q4_0 products agrees with the forward
+  that rounds those products' inputs the same way (model.quantize_act_q8_0), under
+  compare_engine's rules for rounding flips;
 - llama.cpp (node-llama-cpp's prebuilt CPU build) on the same file: its next-token
   probabilities at every position of the engine's greedy sequence agree with the reference's.
-  llama.cpp rounds the activations to 8 bits for its integer dot products (Q8_K / Q8_0), so
-  they agree within a tolerance, not bit for bit; that part is skipped, and said so, where
-  node-llama-cpp is not installed.
+  llama.cpp rounds the activations to 8 bits for its integer dot products (Q8_0 for Q8_0 / Q4_0
+  weights, which the reference models; Q8_K for the K-quants, which it does not) and keeps an
+  F16 KV cache, so they agree within a tolerance, not bit for bit; that part is skipped, and
+  said so, where node-llama-cpp is not installed.
 
 The models are mkmodel's `small` preset (hidden 256) so that most rows hold whole 256-value
 K-quant blocks; the rows that do not (MLA's 32-wide latent rows) take Q4_0 / Q8_0 as
