@@ -254,6 +254,23 @@ static void mmq_rows(void *arg, int64_t r0, int64_t r1, int tid)
     td__cpu_q8_rows(j->W, r0, r1, j->q, j->d, j->T, j->out, j->out_ld);
 }
 
+typedef struct mmq_quant {
+    const float *x;
+    int x_ld;
+    int64_t T, n;
+    int8_t *q;
+    float *d;
+} mmq_quant_t;
+
+/* Tokens [t0, t1) of a group quantised (each on its own: the split does not change a value). */
+static void mmq_quant(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    const mmq_quant_t *j = arg;
+    (void)tid;
+    td__cpu_quant_act(j->x + t0 * j->x_ld, j->x_ld, t1 - t0, j->n, j->q + t0 * j->n, j->d + t0,
+                      j->T);
+}
+
 static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld, int T,
                       const td_mat_t *W)
 {
@@ -264,7 +281,8 @@ static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld
         int64_t G = TD_MIN(group, T - t0);
         float *d = c->xq;
         int8_t *q = (int8_t *)(d + G * (n / 32));
-        td__cpu_quant_act(x + t0 * x_ld, x_ld, G, n, q, d);
+        mmq_quant_t jq = {x + t0 * x_ld, x_ld, G, n, q, d};
+        td_cpu_pool_run(G < 8 ? NULL : c->pool, G, mmq_quant, &jq);
         mmq_job_t j = {W, q, d, G, out + t0 * out_ld, out_ld};
         int64_t work = W->rows * n * G; /* small products are not worth waking the others */
         td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows, mmq_rows, &j);

@@ -260,7 +260,8 @@ static const tile_fn tiles4[2][2] = {{q8_1x4, q8_2x4}, {q4_1x4, q4_2x4}};
 static const tile_fn tiles8[2][2] = {{q8_1x8, q8_2x8}, {q4_1x8, q4_2x8}};
 #endif
 
-void td__cpu_quant_act(const float *x, int64_t x_ld, int64_t T, int64_t n, int8_t *q, float *d)
+void td__cpu_quant_act(const float *x, int64_t x_ld, int64_t T, int64_t n, int8_t *q, float *d,
+                       int64_t ldd)
 {
     for (int64_t t = 0; t < T; t++) {
         const float *xr = x + t * x_ld;
@@ -268,11 +269,11 @@ void td__cpu_quant_act(const float *x, int64_t x_ld, int64_t T, int64_t n, int8_
         float *dr = d + t;
 #ifdef TD_CPU_FMA_KERNELS
         if (td__cpu_fma()) {
-            quant_row_avx2(xr, n, qr, dr, T);
+            quant_row_avx2(xr, n, qr, dr, ldd);
             continue;
         }
 #endif
-        quant_row_generic(xr, n, qr, dr, T);
+        quant_row_generic(xr, n, qr, dr, ldd);
     }
 }
 
