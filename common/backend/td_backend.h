@@ -127,4 +127,15 @@ void td_bf16_round(const float *in, uint16_t *out, size_t n);
 /* The CPU backend with `n_threads` threads (>= 1, the caller's thread included). NULL on OOM. */
 td_backend_t *td_cpu_backend_create(int n_threads);
 
+typedef struct td_cpu_opts {
+    int n_threads; /* >= 1, the caller's thread included (less: 1) */
+    /* Q8_0 and Q4_0 weights against the fp32 activations (each weight dequantised), where the
+     * default quantises each token's activations to 8 bits for integer dot products as
+     * llama.cpp does (cpu_q8.c, docs/architecture.md); for comparisons with backends that keep fp32. */
+    bool f32_activations;
+} td_cpu_opts_t;
+
+/* The CPU backend with options o. NULL on OOM. */
+td_backend_t *td_cpu_backend_create_opts(const td_cpu_opts_t *o);
+
 #endif

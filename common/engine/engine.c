@@ -94,7 +94,9 @@ int td_engine_create(const td_model_t *m, const td_engine_opts_t *opts, td_engin
     e->arch = arch;
     e->inv_freq = td_calloc((size_t)c->rope_dim / 2 + 1, sizeof(float));
     e->own_be = lent == NULL;
-    e->be = lent ? lent : td_cpu_backend_create(opts && opts->n_threads > 0 ? opts->n_threads : 1);
+    td_cpu_opts_t co = {.n_threads = opts && opts->n_threads > 0 ? opts->n_threads : 1,
+                        .f32_activations = opts && opts->f32_activations};
+    e->be = lent ? lent : td_cpu_backend_create_opts(&co);
     if (!e->inv_freq || !e->be) {
         td_engine_free(e);
         return td_err_set(TD_ENOMEM, "out of memory creating the engine");

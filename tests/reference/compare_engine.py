@@ -37,9 +37,31 @@ import model as refmodel  # noqa: E402
 PROMPT = [5, 17, 99, 250, 7, 7, 400, 31, 2, 480, 1, 64, 300]
 
 
-def compare(model_path, engine, tol):
-    """engine: dict in engine_dump's schema. Returns (ok, message, max relative error)."""
+# Products with 8-bit activations (Q8_0 / Q4_0 weights: model.quantize_act_q8_0) round each
+# activation to a step of its block; the engine's fp32 activation and the reference's float64 one
+# differ in the last bits, so now and then one lands on the other side of a rounding boundary and
+# moves that step's logits by one step's share (measured: 1e-3 to 5e-3 of the largest logit,
+# about one step in ten on mkmodel's small models; elsewhere the two agree within 2e-7). On such
+# files a dense model's step may exceed `tol` by a rounding flip: at most FLIP_SHARE of the steps,
+# none beyond FLIP_TOL, greedy ids identical. In a DeepSeek MoE such a flip can also flip a close
+# expert choice (measured: 0.015-0.034 at every later step), so there the logits must stay within
+# MOE_FLIP_TOL and the first MOE_IDS greedy ids identical. A product modelled wrongly is off by
+# 0.7 or more.
+FLIP_TOL = 2e-2
+FLIP_SHARE = 0.25
+MOE_FLIP_TOL = 5e-2
+MOE_IDS = 4
+
+
+def compare(model_path, engine, tol, act8=True):
+    """engine: dict in engine_dump's schema. act8: the engine ran with its default 8-bit
+    activations for Q8_0 / Q4_0 weights (else with fp32 ones: engine_dump's f32act), so the
+    reference models them. Returns (ok, message, max relative error)."""
     cfg, w, _ = formats.load_model(model_path)
+    if not act8:
+        cfg["q8_activation_inputs"] = []
+    flips = bool(cfg.get("q8_activation_inputs"))
+    moe = int(cfg.get("n_routed_experts") or 0) > 0
     prompt = engine["prompt_token_ids"]
     e_ids = engine["greedy_token_ids"]
     e_logits = [np.asarray(x, dtype=np.float64) for x in engine["logits_per_step"]]
@@ -47,11 +69,12 @@ def compare(model_path, engine, tol):
     # Teacher-force the engine's own tokens, so that one early divergence does not hide how
     # close the later steps are; greedy equality is checked separately.
     logits = m.step(prompt)[-1]
-    worst, worst_step, first_diff = 0.0, -1, None
+    worst, worst_step, first_diff, over = 0.0, -1, None, 0
     for s, (tok, el) in enumerate(zip(e_ids, e_logits)):
         if el.shape != logits.shape:
             return False, "step %d: engine has %d logits, reference %d" % (s, el.size, logits.size), 0
         rel = float(np.max(np.abs(el - logits)) / np.max(np.abs(logits)))
+        over += rel > tol
         if rel > worst:
             worst, worst_step = rel, s
         if first_diff is None and int(np.argmax(logits)) != tok:
@@ -59,9 +82,18 @@ def compare(model_path, engine, tol):
         if s + 1 < len(e_ids):
             logits = m.step([tok])[-1]
     msgs = []
-    if first_diff is not None:
+    if first_diff is not None and not (flips and moe and first_diff >= MOE_IDS):
         msgs.append("greedy ids differ from step %d" % first_diff)
-    if worst > tol:
+    if flips and moe:
+        if worst > MOE_FLIP_TOL:
+            msgs.append("logits relative error %.3g at step %d exceeds %g (8-bit activations in "
+                        "an MoE)" % (worst, worst_step, MOE_FLIP_TOL))
+    elif flips:
+        if worst > FLIP_TOL or over > FLIP_SHARE * len(e_ids):
+            msgs.append("logits relative error %.3g at step %d, over %g at %d of %d steps: more "
+                        "than 8-bit activations' rounding flips (%g, %.0f%% of the steps)" %
+                        (worst, worst_step, tol, over, len(e_ids), FLIP_TOL, 100 * FLIP_SHARE))
+    elif worst > tol:
         msgs.append("logits relative error %.3g at step %d exceeds %g" % (worst, worst_step, tol))
     return not msgs, "; ".join(msgs) or "ok", worst
 

@@ -3,7 +3,10 @@
  *
  *   {"prompt_token_ids": [...], "greedy_token_ids": [...], "logits_per_step": [[V floats], ...]}
  *
- * usage: engine_dump MODEL_PATH PROMPT_IDS STEPS OUT.json [BLOCK_SIZE] [THREADS]
+ * usage: engine_dump MODEL_PATH PROMPT_IDS STEPS OUT.json [BLOCK_SIZE] [THREADS] [f32act]
+ *
+ * f32act: Q8_0 / Q4_0 weights against fp32 activations (td_engine_opts_t.f32_activations)
+ * instead of the default 8-bit ones.
  *
  * The prompt is prefilled in one step, then one token per step; step i's logits are the ones
  * that chose greedy token i. Logits are printed with 9 significant digits (exact for fp32).
@@ -70,7 +73,8 @@ int main(int argc, char **argv)
 {
     if (argc < 5) {
         fprintf(stderr,
-                "usage: engine_dump MODEL PROMPT_IDS STEPS OUT.json [BLOCK_SIZE] [THREADS]\n");
+                "usage: engine_dump MODEL PROMPT_IDS STEPS OUT.json [BLOCK_SIZE] [THREADS] "
+                "[f32act]\n");
         return 2;
     }
     int64_t steps, block = 16, threads = 1;
@@ -78,7 +82,8 @@ int main(int argc, char **argv)
     int n_prompt = 0, rc = 1;
     if (td_parse_i64(argv[3], &steps) != 0 || steps < 1 || steps > 100000 ||
         (argc > 5 && (td_parse_i64(argv[5], &block) != 0 || block < 1 || block > 4096)) ||
-        (argc > 6 && (td_parse_i64(argv[6], &threads) != 0 || threads < 1 || threads > 256))) {
+        (argc > 6 && (td_parse_i64(argv[6], &threads) != 0 || threads < 1 || threads > 256)) ||
+        (argc > 7 && strcmp(argv[7], "f32act") != 0)) {
         fprintf(stderr, "engine_dump: bad STEPS, BLOCK_SIZE or THREADS\n");
         return 2;
     }
@@ -99,7 +104,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "engine_dump: %s\n", td_err_msg());
         goto out;
     }
-    td_engine_opts_t o = {.n_threads = (int)threads};
+    td_engine_opts_t o = {.n_threads = (int)threads, .f32_activations = argc > 7};
     int total = n_prompt + (int)steps;
     if (td_engine_create(m, &o, &e) != 0 || td_kv_layout_init(&lay, m, (int)block) != 0 ||
         td_kv_pool_init(&pool, &lay, (total + (int)block - 1) / (int)block + 1) != 0) {

@@ -506,6 +506,39 @@ def _gguf_deepseek2(meta, t, path):
     return cfg, w
 
 
+# ---------------------------------------------------------------------------------------------
+# llama.cpp's 8-bit activations
+# ---------------------------------------------------------------------------------------------
+
+# Weight types whose products llama.cpp's CPU code (and tandem's CPU backend) computes against
+# activations quantised to Q8_0 (its vec_dot_type for these types; model.quantize_act_q8_0).
+Q8_ACT_TYPES = {"Q8_0", "Q4_0"}
+
+
+def q8_activation_inputs(t):
+    """The names of the reference's products (HF weight names; for MLA's absorbed attention
+    model.layers.N.self_attn.k_b and .v_b) whose activations the engine and llama.cpp quantise
+    to 8 bits, from a GGUF file's tensors {name: (type, array)}. MLA's split attn_k_b and
+    attn_v_b are products of their own in both (against q_nope per head, and the attention's
+    latent output); a joined attn_kv_b's key half the engine applies to fp32 activations
+    (matmul_t), its value half as a product."""
+    names = set()
+    for name, (ty, _) in t.items():
+        if ty not in Q8_ACT_TYPES:
+            continue
+        parts = name.split(".")
+        if parts[0] == "blk":
+            layer = "model.layers.%s" % parts[1]
+            kind = parts[2]
+            if kind in ("attn_k_b", "attn_v_b", "attn_kv_b"):
+                names.add(layer + ".self_attn." + ("k_b" if kind == "attn_k_b" else "v_b"))
+                continue
+            names.add("gguf:" + name)
+        else:
+            names.add("gguf:" + name)
+    return names
+
+
 def read_gguf_model(path):
     meta, t = read_gguf(path)
     arch = meta.get("general.architecture")
@@ -515,6 +548,17 @@ def read_gguf_model(path):
         cfg, w = _gguf_deepseek2(meta, t, path)
     else:
         raise FormatError("%s: unsupported GGUF architecture %r" % (path, arch))
+    # HF names of the weights stored in a type that takes 8-bit activations (an expert's slice
+    # of a stacked tensor is a view of it)
+    q8 = q8_activation_inputs(t)
+    def owner(a):
+        return id(a if a.base is None else a.base)
+
+    src = {owner(a): "gguf:" + n for n, (_, a) in t.items()}
+    for hf, arr in w.items():
+        if src.get(owner(arr)) in q8:
+            q8.add(hf)
+    cfg["q8_activation_inputs"] = sorted(n for n in q8 if not n.startswith("gguf:"))
     return cfg, w, {k: v[0] for k, v in t.items()}
 
 

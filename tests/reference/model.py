@@ -19,6 +19,29 @@ class ModelError(Exception):
     pass
 
 
+def round_f16(v):
+    return np.asarray(v, dtype=np.float64).astype(np.float16).astype(np.float64)
+
+
+def quantize_act_q8_0(x):
+    """x [..., n] (n a multiple of 32) as llama.cpp quantises a matmul's activations for Q8_0 /
+    Q4_0 weights, returned dequantised: per block of 32 values of a row, amax = max |x|, the
+    step d = amax / 127 stored as fp16, q = x * (127 / amax) rounded to nearest (ties to even, as
+    its AVX2 code rounds), so the value is d * q. The product d_w d_x sum(q_w q_x) is then this
+    value's product with the dequantised weights. Written from the documented block format, not
+    from ggml's code."""
+    x = np.asarray(x, dtype=np.float64)
+    b = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
+    amax = np.max(np.abs(b), axis=-1, keepdims=True)
+    # the engine works in fp32: its steps and products are fp32 values
+    amax32 = amax.astype(np.float32)
+    d = round_f16(amax32 / np.float32(127))
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax32 > 0, np.float32(127) / amax32, np.float32(0)).astype(np.float32)
+    q = np.rint((b.astype(np.float32) * inv).astype(np.float64))
+    return (q * d).reshape(x.shape)
+
+
 def rms_norm(x, w, eps):
     """x [..., d], w [d]: x / sqrt(mean(x^2) + eps) * w."""
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
@@ -200,6 +223,11 @@ class Model:
                 m = yarn_get_mscale(float(rs["factor"]), float(rs["mscale_all_dim"]))
                 self.scale *= m * m  # YaRN's mscale enters the softmax scale squared
             self.window = None
+        # products whose activations are quantised to 8 bits first, as llama.cpp and the engine
+        # do for Q8_0 / Q4_0 weights (formats.read_gguf_model lists them)
+        self.q8 = set(cfg.get("q8_activation_inputs") or ())
+        self.lm_head_q8 = ("lm_head.weight" if "lm_head.weight" in weights
+                           else "model.embed_tokens.weight") in self.q8
         self.k_cache = [[] for _ in range(self.n_layers)]  # per layer: list of [n_heads, d] per pos
         self.v_cache = [[] for _ in range(self.n_layers)]
         self.pos = 0
@@ -212,9 +240,14 @@ class Model:
     def _opt(self, name):
         return self.w.get(name)
 
+    def _act(self, x, name):
+        """x as the product with weight `name` sees it: rounded to 8 bits where it is Q8_0 or
+        Q4_0 (quantize_act_q8_0), else unchanged."""
+        return quantize_act_q8_0(x) if name in self.q8 else x
+
     def _linear(self, x, prefix):
         """x [T, in] @ W^T (+ b); W = prefix.weight [out, in]."""
-        y = x @ self._get(prefix + ".weight").T
+        y = self._act(x, prefix + ".weight") @ self._get(prefix + ".weight").T
         b = self._opt(prefix + ".bias")
         return y if b is None else y + b
 
@@ -272,11 +305,28 @@ class Model:
         c_kv, k_pe = kv[:, :self.kv_lora], kv[:, self.kv_lora:]
         k_pe = self.rope.apply(k_pe[:, None, :], positions)  # [T, 1, rope_dim]
         c_kv = rms_norm(c_kv, self._get(p + ".kv_a_layernorm.weight"), self.eps)
+        if p + ".k_b" in self.q8 or p + ".v_b" in self.q8:
+            return self._mla_absorbed(layer, p, q_nope, q_pe, c_kv, k_pe, positions)
         kvb = self._linear(c_kv, p + ".kv_b_proj").reshape(T, H, self.nope + self.v_dim)
         k_nope, v = kvb[..., :self.nope], kvb[..., self.nope:]
         qf = np.concatenate([q_nope, q_pe], axis=-1)
         kf = np.concatenate([k_nope, np.repeat(k_pe, H, axis=1)], axis=-1)
         return self._linear(self._attend(layer, qf, kf, v, positions), p + ".o_proj")
+
+    def _mla_absorbed(self, layer, p, q_nope, q_pe, c_kv, k_pe, positions):
+        """MLA as the engine and llama.cpp compute it with split k_b / v_b: per head the query's
+        latent q_nope Wk_h (Wk_h [nope, R], the key rows of kv_b_proj) against the cached latents,
+        the attention's latent output times Wv_h^T; each product's input rounded to 8 bits where
+        its weights take that (equal to _mla's form in exact arithmetic)."""
+        T, H, R = q_nope.shape[0], self.n_heads, self.kv_lora
+        kvb = self._get(p + ".kv_b_proj.weight").reshape(H, self.nope + self.v_dim, R)
+        wk, wv = kvb[:, :self.nope, :], kvb[:, self.nope:, :]  # [H, nope, R], [H, v, R]
+        q_lat = np.einsum("thn,hnr->thr", self._act(q_nope, p + ".k_b"), wk)
+        qf = np.concatenate([q_lat, q_pe], axis=-1)  # [T, H, R + rope]
+        kf = np.concatenate([c_kv[:, None, :], k_pe], axis=-1)  # [T, 1, R + rope]
+        o_lat = self._attend(layer, qf, kf, c_kv[:, None, :], positions).reshape(T, H, R)
+        o = np.einsum("thr,hvr->thv", self._act(o_lat, p + ".v_b"), wv).reshape(T, -1)
+        return self._linear(o, p + ".o_proj")
 
     def _moe(self, layer, x):
         p = "model.layers.%d.mlp" % layer
@@ -286,7 +336,7 @@ class Model:
         n_group = int(cfg.get("n_group") or 1)
         topk_group = int(cfg.get("topk_group") or 1)
         method = cfg.get("topk_method", "greedy")
-        logits = x @ self._get(p + ".gate.weight").T  # [T, n_exp]
+        logits = self._act(x, p + ".gate.weight") @ self._get(p + ".gate.weight").T  # [T, n_exp]
         if cfg.get("scoring_func", "softmax") == "sigmoid":
             scores = sigmoid(logits)
         else:
@@ -347,7 +397,7 @@ class Model:
             x = x + (self._moe(i, h) if self._is_moe(i) else self._mlp(h, p + ".mlp"))
         x = rms_norm(x, self._get("model.norm.weight"), self.eps)
         self.pos += len(ids)
-        return x @ self.lm_head.T
+        return (quantize_act_q8_0(x) if self.lm_head_q8 else x) @ self.lm_head.T
 
 
 def generate(model, prompt_ids, steps):

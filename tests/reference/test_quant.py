@@ -1,16 +1,20 @@
 #!/usr/bin/python3
-"""llama.cpp's block formats Q4_0, Q4_K and Q6_K (and the Q4_K_M mix of the last two): `tandem
-mkmodel --gguf` writes them with ggml's reference quantizers, the engine computes with them, and
-both are checked against two independent readings of the same file:
+"""llama.cpp's block formats Q8_0, Q4_0, Q4_K and Q6_K (and the Q4_K_M mix of the last two):
+`tandem mkmodel --gguf` writes them with ggml's reference quantizers, the engine computes with
+them, and both are checked against two independent readings of the same file:
 
 - the reference's numpy dequantization of the raw blocks (formats.py, written from ggml's block
-  layouts) run through the float64 forward: the engine's fp32 logits agree within 1e-4 of the
-  largest logit at every step and its greedy ids are identical;
+  layouts) run through the float64 forward: the engine with fp32 activations (engine_dump's
+  f32act) agrees within 1e-4 of the largest logit at every step with identical greedy ids; the
+  engine with its default 8-bit activations for Q8_0 / Q4_0 products agrees with the forward
+  that rounds those products' inputs the same way (model.quantize_act_q8_0), under
+  compare_engine's rules for rounding flips;
 - llama.cpp (node-llama-cpp's prebuilt CPU build) on the same file: its next-token
   probabilities at every position of the engine's greedy sequence agree with the reference's.
-  llama.cpp rounds the activations to 8 bits for its integer dot products (Q8_K / Q8_0), so
-  they agree within a tolerance, not bit for bit; that part is skipped, and said so, where
-  node-llama-cpp is not installed.
+  llama.cpp rounds the activations to 8 bits for its integer dot products (Q8_0 for Q8_0 / Q4_0
+  weights, which the reference models; Q8_K for the K-quants, which it does not) and keeps an
+  F16 KV cache, so they agree within a tolerance, not bit for bit; that part is skipped, and
+  said so, where node-llama-cpp is not installed.
 
 The models are mkmodel's `small` preset (hidden 256) so that most rows hold whole 256-value
 K-quant blocks; the rows that do not (MLA's 32-wide latent rows) take Q4_0 / Q8_0 as
@@ -44,7 +48,8 @@ MODULES = os.environ.get("TD_NODE_MODULES") or os.path.join(HERE, "..", "node", 
 PROMPT = [5, 17, 99, 250, 7, 7, 400, 31, 2, 480]
 STEPS = 12
 # what each --gguf type must put in the file (besides F32 vectors and fallbacks)
-WANT_TYPES = {"q4_0": {"Q4_0"}, "q4_k": {"Q4_K"}, "q6_k": {"Q6_K"}, "q4_k_m": {"Q4_K", "Q6_K"}}
+WANT_TYPES = {"q8_0": {"Q8_0"}, "q4_0": {"Q4_0"}, "q4_k": {"Q4_K"}, "q6_k": {"Q6_K"},
+              "q4_k_m": {"Q4_K", "Q6_K"}}
 # llama.cpp vs the reference, per position: the largest difference of any token's probability.
 # Measured here: 0.002-0.06 (llama.cpp's 8-bit activations and F16 KV cache), except where a
 # DeepSeek MoE routing choice between close experts flips (0.3-0.5 at a few positions). A wrong
@@ -79,15 +84,21 @@ class QuantTest(unittest.TestCase):
         _, tensors = formats.read_gguf(gguf)
         types = {t for t, _ in tensors.values()}
         self.assertTrue(WANT_TYPES[gtype] <= types, "%s %s: file holds %s" % (arch, gtype, types))
-        # the engine against the numpy dequantization
-        out = os.path.join(d, "engine.json")
-        subprocess.run([ENGINE_DUMP, gguf, ",".join(map(str, PROMPT)), str(STEPS), out, "16", "2"],
-                       check=True, capture_output=True, timeout=300)
-        with open(out) as f:
-            engine = json.load(f)
-        ok, msg, worst = compare_engine.compare(gguf, engine, 1e-4)
-        print("%-12s %-6s engine vs numpy dequantization: %s" % (arch, gtype, msg))
-        self.assertTrue(ok, "%s %s: %s" % (arch, gtype, msg))
+        # the engine against the numpy dequantization: with fp32 activations against the plain
+        # float64 forward, and with its default 8-bit activations (Q8_0 / Q4_0 weights) against
+        # the forward that rounds them the same way (compare_engine's rules for rounding flips)
+        for act8 in (False, True):
+            out = os.path.join(d, "engine%d.json" % act8)
+            subprocess.run([ENGINE_DUMP, gguf, ",".join(map(str, PROMPT)), str(STEPS), out, "16",
+                            "2"] + ([] if act8 else ["f32act"]),
+                           check=True, capture_output=True, timeout=300)
+            with open(out) as f:
+                engine = json.load(f)
+            ok, msg, worst = compare_engine.compare(gguf, engine, 1e-4, act8)
+            print("%-12s %-6s engine (%s activations) vs numpy dequantization: %s (largest error "
+                  "%.3g of the largest logit)" % (arch, gtype, "8-bit" if act8 else "fp32", msg,
+                                                  worst))
+            self.assertTrue(ok, "%s %s: %s" % (arch, gtype, msg))
         if not have_llamacpp():
             print("%-12s %-6s llama.cpp: SKIP (%s)" % (arch, gtype, llamacpp_env.missing()))
             return

@@ -13,11 +13,14 @@
     65536             /* per-thread dequantisation buffer: rows are converted in chunks;           \
                         a multiple of 2 x 256 so chunks keep every block format's blocks whole */
 #define MAX_HEAD TD_CPU_MAX_HEAD /* largest head width / latent rank attention accumulates */
+#define XQ_BYTES (1 << 20)       /* activations quantised for Q8_0 / Q4_0 weights (cpu_q8.c) */
 
 typedef struct cpu {
     td_cpu_pool_t *pool;
     float **scratch; /* [n_threads][SCRATCH_FLOATS] */
     int n_threads;
+    bool f32_act;    /* Q8_0 / Q4_0 weights against fp32 activations (td_cpu_opts_t) */
+    void *xq;        /* [XQ_BYTES]: a group of tokens' scales (floats), then their int8 values */
 } cpu_t;
 
 /* 8-float vectors pass between inlined helpers only; the ABI note does not apply. */
@@ -233,10 +236,67 @@ static void mm_rows(void *arg, int64_t r0, int64_t r1, int tid)
     }
 }
 
+/* Q8_0 / Q4_0 weights against 8-bit activations: the tokens of a group quantised once, then
+ * every thread's rows against all of them. */
+typedef struct mmq_job {
+    const td_mat_t *W;
+    const int8_t *q;
+    const float *d;
+    int64_t T;
+    float *out;
+    int out_ld;
+} mmq_job_t;
+
+static void mmq_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    const mmq_job_t *j = arg;
+    (void)tid;
+    td__cpu_q8_rows(j->W, r0, r1, j->q, j->d, j->T, j->out, j->out_ld);
+}
+
+typedef struct mmq_quant {
+    const float *x;
+    int x_ld;
+    int64_t T, n;
+    int8_t *q;
+    float *d;
+} mmq_quant_t;
+
+/* Tokens [t0, t1) of a group quantised (each on its own: the split does not change a value). */
+static void mmq_quant(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    const mmq_quant_t *j = arg;
+    (void)tid;
+    td__cpu_quant_act(j->x + t0 * j->x_ld, j->x_ld, t1 - t0, j->n, j->q + t0 * j->n, j->d + t0,
+                      j->T);
+}
+
+static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld, int T,
+                      const td_mat_t *W)
+{
+    const int64_t n = W->cols, per_tok = n + (int64_t)sizeof(float) * (n / 32);
+    const int64_t group = XQ_BYTES / per_tok;
+    TD_ASSERT(group >= 1);
+    for (int64_t t0 = 0; t0 < T; t0 += group) {
+        int64_t G = TD_MIN(group, T - t0);
+        float *d = c->xq;
+        int8_t *q = (int8_t *)(d + G * (n / 32));
+        mmq_quant_t jq = {x + t0 * x_ld, x_ld, G, n, q, d};
+        td_cpu_pool_run(G < 8 ? NULL : c->pool, G, mmq_quant, &jq);
+        mmq_job_t j = {W, q, d, G, out + t0 * out_ld, out_ld};
+        int64_t work = W->rows * n * G; /* small products are not worth waking the others */
+        td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows, mmq_rows, &j);
+    }
+}
+
 static void cpu_matmul(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
                        const td_mat_t *W)
 {
     cpu_t *c = b->impl;
+    if (!c->f32_act && td__cpu_q8_act(W->dtype)) {
+        matmul_q8(c, out, out_ld, x, x_ld, T, W);
+        return;
+    }
     mm_job_t j = {c, out, out_ld, x, x_ld, T, W};
     /* small products are not worth waking the other threads */
     int64_t work = W->rows * W->cols * (int64_t)T;
@@ -454,6 +514,7 @@ static void cpu_destroy(td_backend_t *b)
         for (int i = 0; c->scratch && i < c->n_threads; i++)
             free(c->scratch[i]);
         free(c->scratch);
+        free(c->xq);
         free(c);
     }
     free(b);
@@ -461,8 +522,13 @@ static void cpu_destroy(td_backend_t *b)
 
 td_backend_t *td_cpu_backend_create(int n_threads)
 {
-    if (n_threads < 1)
-        n_threads = 1;
+    td_cpu_opts_t o = {.n_threads = n_threads};
+    return td_cpu_backend_create_opts(&o);
+}
+
+td_backend_t *td_cpu_backend_create_opts(const td_cpu_opts_t *o)
+{
+    int n_threads = o->n_threads < 1 ? 1 : o->n_threads;
     td_backend_t *b = td_calloc(1, sizeof(*b));
     cpu_t *c = td_calloc(1, sizeof(*c));
     if (!b || !c) {
@@ -484,6 +550,9 @@ td_backend_t *td_cpu_backend_create(int n_threads)
     b->attn_mla = cpu_attn_mla;
     td__cpu_mem_hooks(b);
     c->n_threads = n_threads;
+    c->f32_act = o->f32_activations;
+    if (!(c->xq = malloc(XQ_BYTES)))
+        goto err;
     c->scratch = td_calloc((size_t)n_threads, sizeof(float *));
     if (!c->scratch)
         goto err;

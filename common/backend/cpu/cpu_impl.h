@@ -84,4 +84,16 @@ void td__cpu_tile(bool fused, int R, int TN, const float *const *w, const float 
 bool td__cpu_dot_rows(const td_mat_t *W, int64_t r, int R, int64_t c0, int64_t n, const float *x,
                       float *out);
 
+/* cpu_q8.c: Q8_0 / Q4_0 weights against activations quantised to 8 bits (llama.cpp's Q8_0). */
+/* Whether weights of type t take 8-bit activations (Q8_0, Q4_0). */
+bool td__cpu_q8_act(td_dtype_t t);
+/* T rows of n values (x, x + x_ld, ...; n a multiple of 32) as Q8_0 blocks: q[T][n] and the
+ * blocks' steps d[b * ldd + t] (fp16 values, as floats; block-major with ldd >= T tokens, so that a
+ * tile's tokens' steps lie side by side). */
+void td__cpu_quant_act(const float *x, int64_t x_ld, int64_t T, int64_t n, int8_t *q, float *d,
+                       int64_t ldd);
+/* out[t * out_ld + r] for rows [r0, r1) of W (Q8_0 or Q4_0) and the T quantised tokens. */
+void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q, const float *d,
+                     int64_t T, float *out, int64_t out_ld);
+
 #endif

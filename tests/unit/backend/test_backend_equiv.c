@@ -74,6 +74,27 @@ static td_mat_t rand_mat(td_dtype_t dt, int64_t rows, int64_t cols)
     return m;
 }
 
+/* Whether mode's reference keeps fp32 activations for Q8_0 weights: where the backend under test
+ * does (CUDA, and the CPU's emulation of its BF16 mode); a plain CPU backend under test rounds
+ * them to 8 bits as the reference does by default (cpu_q8.c), and must match it bitwise. */
+static bool ref_f32_act(int mode)
+{
+#if TD_TEST_CUDA
+    (void)mode;
+    return true;
+#else
+    return mode != 0;
+#endif
+}
+
+static td_backend_t *ref_backend(int mode)
+{
+    td_cpu_opts_t o = {.n_threads = 1, .f32_activations = ref_f32_act(mode)};
+    td_backend_t *b = td_cpu_backend_create_opts(&o);
+    ck_assert_ptr_nonnull(b);
+    return b;
+}
+
 /* bound[t][r] = sum_c |W[r][c] x[t][c]|: what a product's rounding error scales with. */
 static double *gemm_bound(const td_mat_t *W, const float *x, int x_ld, int T, int out_ld)
 {
@@ -111,7 +132,7 @@ static void check_matmul(td_backend_t *ref, td_backend_t *b, const tol_t *tol, c
 START_TEST(test_matmul)
 {
     const tol_t *tol = &modes[_i];
-    td_backend_t *ref = td_cpu_backend_create(1), *b = dut(_i);
+    td_backend_t *ref = ref_backend(_i), *b = dut(_i);
     const td_dtype_t dts[] = {TD_DTYPE_F32, TD_DTYPE_BF16, TD_DTYPE_F16, TD_DTYPE_Q8_0};
     /* every matrix stays alive while the backend does: a device backend caches weights by
      * address, as the model's mapping outlives it in the engine */
@@ -563,7 +584,8 @@ static void engine_pair(const char *what, const char *path, const tol_t *tol, in
     ck_assert_msg(td_model_load(path, &m) == 0, "load %s: %s", path, td_err_msg());
     td_backend_t *b = dut(mode);
     td_engine_t *er, *ed;
-    td_engine_opts_t oref = {.n_threads = 1}, odut = {.backend = b};
+    td_engine_opts_t oref = {.n_threads = 1, .f32_activations = ref_f32_act(mode)},
+                     odut = {.backend = b};
     ck_assert_int_eq(td_engine_create(m, &oref, &er), 0);
     ck_assert_msg(td_engine_create(m, &odut, &ed) == 0, "%s", td_err_msg());
     td_kv_layout_t lay;

@@ -42,12 +42,13 @@ typedef struct runner {
 } runner_t;
 
 static int n_threads = 2;
+static bool f32_act; /* the engines' CPU backends keep fp32 activations for Q8_0 / Q4_0 weights */
 
 static void runner_open(runner_t *r, const char *path, int block)
 {
     int rc = td_model_load(path, &r->m);
     ck_assert_msg(rc == 0, "%s: %s", path, td_err_msg());
-    td_engine_opts_t o = {.n_threads = n_threads};
+    td_engine_opts_t o = {.n_threads = n_threads, .f32_activations = f32_act};
     ck_assert_int_eq(td_engine_create(r->m, &o, &r->e), 0);
     td_kv_layout_t l;
     ck_assert_int_eq(td_kv_layout_init(&l, r->m, block), 0);
@@ -76,6 +77,9 @@ static void prefill(runner_t *r, int chunk, float *out)
     td_kv_seq_release(&r->pool, &s);
     ck_assert_int_eq(r->pool.n_free, r->pool.n_blocks);
 }
+
+/* Q8_0 weights with 8-bit activations against the same values in F32 (largest logit's share) */
+#define Q8_ACT_TOL 5e-2
 
 static double max_rel_diff(const float *a, const float *b, int n)
 {
@@ -264,6 +268,8 @@ static void expect_same(const char *a, const char *b, double tol)
     logits_of(b, &lb, &vb);
     ck_assert_int_eq(va, vb);
     double d = max_rel_diff(la, lb, va);
+    if (getenv("TD_TEST_VERBOSE"))
+        printf("%s vs %s: %g (tolerance %g)\n", a, b, d, tol);
     ck_assert_msg(d < tol, "%s and %s differ by %g", a, b, d);
     free(la);
     free(lb);
@@ -305,11 +311,18 @@ START_TEST(test_gguf_matches_safetensors)
             char dir[512], gpath[512], name[64];
             fx_generate(&s, cfgs[i], 21 + i);
             snprintf(gpath, sizeof(gpath), "%s/m%d%d.gguf", tmpdir, i, form);
-            /* Q8_0 rounds the set first, so the F32 copy holds the same values */
+            /* Q8_0 rounds the set first, so the F32 copy holds the same values: the same logits
+             * with fp32 activations; with the default 8-bit ones (llama.cpp's scheme), within
+             * what rounding every product's input to 8 bits costs (measured 2026-12-01:
+             * 0.011-0.018) */
             fx_write_gguf(gpath, &s, cfgs[i], form == 1, form == 2 && cfgs[i]->deepseek);
             snprintf(name, sizeof(name), "gguf_ref_%d%d", i, form);
             write_hf(name, &s, cfgs[i], (fx_st_opts_t){FX_F32, 1, false}, dir, sizeof(dir));
+            f32_act = true;
             expect_same(gpath, dir, 1e-5);
+            f32_act = false;
+            if (form == 1)
+                expect_same(gpath, dir, Q8_ACT_TOL);
             fx_free(&s);
         }
     }
