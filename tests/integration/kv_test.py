@@ -530,9 +530,11 @@ def scenario_index(build):
         C._kill_all()
         for d in disks.values():
             shutil.rmtree(d, ignore_errors=True)
-    # the same runs under round_robin alternate between the workers: the second misses
+    # the same runs under round_robin alternate between the workers: the second misses (with
+    # cross-worker fetch off: else the second worker fetches the prefix from the first, which
+    # cluster_fetch tests)
     cl = C.Cluster(build, model, n_prefill=0, n_decode=2, redis=True,
-                   router_args=["--placement.policy", "round_robin"])
+                   router_args=["--placement.policy", "round_robin", "--kv.fetch_min_blocks", "0"])
     try:
         p1 = prompt()
         cached = [cl.batch([p1])[0]["cached_tokens"] for _ in range(3)]
