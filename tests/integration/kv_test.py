@@ -551,7 +551,10 @@ def scenario_hotprefix(build):
     once that share a 192-token prefix (their own 16-token suffix each). kv_aware's guard keeps
     any worker from getting more than 1.5x the mean of the requests placed (the router's per-worker
     `assigned`, the load placement controls), while the holder still serves hits; with the guard
-    off (placement.imbalance 1000) the holder takes more than that, so the bound is the guard's."""
+    off (placement.imbalance 1000) the holder takes more than that, so the bound is the guard's.
+    Those two runs have cross-worker fetch off; a third, guard off and fetch on, spreads too: the
+    other workers' predictions count the prefix they would fetch from the holder, and their
+    requests are served with it fetched."""
     model, cfg = make_model(build, "deepseek_v3")
     rng = random.Random(21)
     V = cfg["vocab_size"]
@@ -562,7 +565,10 @@ def scenario_hotprefix(build):
                 "temperature": 0, "ignore_eos": True}
 
     results = {}
-    for label, extra in (("guard", []), ("no guard", ["--placement.imbalance", "1000"])):
+    nofetch = ["--kv.fetch_min_blocks", "0"]
+    runs = (("guard", nofetch), ("no guard", ["--placement.imbalance", "1000"] + nofetch),
+            ("fetch", ["--placement.imbalance", "1000"]))
+    for label, extra in runs:
         cl = C.Cluster(build, model, n_prefill=0, n_decode=3, redis=True,
                        router_args=["--placement.local_prefill_tokens", "0"] + extra)
         try:
@@ -589,8 +595,14 @@ def scenario_hotprefix(build):
     nratio, nplaced, _ = results["no guard"]
     check(nratio > 1.5, "without the guard the holder should take more: %.2f %s" %
           (nratio, nplaced))
+    fratio, fplaced, fhits = results["fetch"]
+    check(fratio <= 1.5 and fhits > len(fplaced),
+          "fetch on, guard off: max/mean %.2f, %d requests with cached tokens: %s" %
+          (fratio, fhits, fplaced))
     print("hot prefix: 24 requests sharing 192 tokens over 3 workers: max/mean placed %.2f with "
-          "the guard %s (%d hits), %.2f without it %s" % (ratio, placed, hits, nratio, nplaced))
+          "the guard %s (%d hits), %.2f without it %s; fetch on, guard off: %.2f %s (%d with the "
+          "prefix cached or fetched)" % (ratio, placed, hits, nratio, nplaced, fratio, fplaced,
+                                         fhits))
     print("OK: hot prefix guard")
 
 
