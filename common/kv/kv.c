@@ -6,6 +6,13 @@
 #include <string.h>
 #include <xxhash.h>
 
+/* The engine's numerics version, in every layout fingerprint: bumped whenever the KV an engine
+ * computes for an existing model file changes in any bit (a kernel's summation order, an
+ * activation scheme), so that KV of the old numerics, on a disk tier or on a worker not yet
+ * upgraded, is never taken for the new (cached KV must be bitwise what a recompute gives).
+ * 2: Q8_0 and Q4_0 weights against 8-bit activations (cpu_q8.c). */
+#define TD_KV_NUMERICS 2u
+
 int td_kv_layout_init(td_kv_layout_t *l, const td_model_t *m, int block_size)
 {
     const td_model_cfg_t *c = &m->cfg;
@@ -22,16 +29,16 @@ int td_kv_layout_init(td_kv_layout_t *l, const td_model_t *m, int block_size)
     l->layer_bytes = (size_t)block_size * (size_t)l->token_floats * sizeof(float);
     l->block_bytes = (size_t)l->n_layers * l->layer_bytes;
     /* fingerprint over a fixed little-endian encoding, not the struct (padding) */
-    uint8_t buf[16 + 4 * 4 + 8];
-    uint32_t f[4] = {(uint32_t)l->dtype, (uint32_t)block_size, (uint32_t)l->n_layers,
-                     (uint32_t)l->token_floats};
+    uint8_t buf[16 + 5 * 4 + 8];
+    uint32_t f[5] = {(uint32_t)l->dtype, (uint32_t)block_size, (uint32_t)l->n_layers,
+                     (uint32_t)l->token_floats, TD_KV_NUMERICS};
     uint64_t lb = l->layer_bytes;
     memcpy(buf, l->model_digest, 16);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         for (int b = 0; b < 4; b++)
             buf[16 + 4 * i + b] = (uint8_t)(f[i] >> (8 * b));
     for (int b = 0; b < 8; b++)
-        buf[32 + b] = (uint8_t)(lb >> (8 * b));
+        buf[36 + b] = (uint8_t)(lb >> (8 * b));
     XXH128_canonical_t canon;
     XXH128_canonicalFromHash(&canon, XXH3_128bits(buf, sizeof(buf)));
     memcpy(l->fingerprint, canon.digest, 16);

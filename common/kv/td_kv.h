@@ -10,8 +10,9 @@
  * (2 * n_kv_heads * head_dim). A sequence owns a block table: token i lives in block
  * blocks[i / block_size] at slot i % block_size.
  *
- * The layout fingerprint (XXH3-128 of the model digest, dtype, block size, layer count and bytes
- * per layer) is what workers compare before they exchange blocks.
+ * The layout fingerprint (XXH3-128 of the model digest, dtype, block size, layer count, the
+ * engine's numerics version and bytes per layer) is what workers compare before they exchange
+ * blocks, and what every block hash and disk-tier path is rooted in.
  */
 #ifndef TD_KV_H
 #define TD_KV_H

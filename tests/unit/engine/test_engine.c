@@ -15,6 +15,7 @@
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <xxhash.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -393,6 +394,20 @@ START_TEST(test_kv_layout)
     ck_assert(td_kv_layout_match(&a, &b));
     ck_assert(!td_kv_layout_match(&a, &c));
     ck_assert(!td_kv_layout_match(&a, &d));
+    /* the fingerprint as documented (common/kv/td_kv.h): XXH3-128 of the model digest, u32le
+     * dtype, block size, layers, token floats and the numerics version (2: Q8_0 / Q4_0 against
+     * 8-bit activations), then u64le bytes per layer; a new version changes every fingerprint */
+    uint8_t enc[44];
+    memcpy(enc, a.model_digest, 16);
+    uint32_t f[5] = {(uint32_t)a.dtype, 16, (uint32_t)a.n_layers, (uint32_t)a.token_floats, 2};
+    for (int i = 0; i < 5; i++)
+        for (int k = 0; k < 4; k++)
+            enc[16 + 4 * i + k] = (uint8_t)(f[i] >> (8 * k));
+    for (int k = 0; k < 8; k++)
+        enc[36 + k] = (uint8_t)((uint64_t)a.layer_bytes >> (8 * k));
+    XXH128_canonical_t want;
+    XXH128_canonicalFromHash(&want, XXH3_128bits(enc, sizeof(enc)));
+    ck_assert_mem_eq(a.fingerprint, want.digest, 16);
     ck_assert_int_eq(td_kv_layout_init(&a, m, 0), TD_EINVAL);
     /* block-major: consecutive layers of one block are adjacent, blocks are disjoint */
     td_kv_pool_t p;
