@@ -166,12 +166,14 @@ static double fetch_cost_per_token(const td_placer_t *p, const td_place_load_t *
     return l->fetch_s_per_token > 0 ? TD_MIN(l->fetch_s_per_token, compute) : 0.5 * compute;
 }
 
-/* Tokens the worker would compute for this request, and the ones it would fetch (*fetch). */
-static uint64_t kv_computed(const td_place_load_t *l, uint64_t tokens, bool hot, uint64_t *fetch)
+/* Tokens of a request the worker would compute; *cached: those it holds, *fetch: those it would
+ * fetch (none credited to a `hot` worker). */
+static uint64_t kv_computed(const td_place_load_t *l, uint64_t tokens, bool hot, uint64_t *cached,
+                            uint64_t *fetch)
 {
-    uint64_t cached = hot ? 0 : TD_MIN(l->cached_tokens, tokens);
-    *fetch = hot ? 0 : TD_MIN(l->fetch_tokens, tokens - cached);
-    return tokens - cached - *fetch;
+    *cached = hot ? 0 : TD_MIN(l->cached_tokens, tokens);
+    *fetch = hot ? 0 : TD_MIN(l->fetch_tokens, tokens - *cached);
+    return tokens - *cached - *fetch;
 }
 
 /* The request's own prefill on this worker, in seconds; a `hot` worker gets no cache credit. */
@@ -179,8 +181,7 @@ static double kv_own(const td_placer_t *p, const td_place_load_t *l, const req_t
 {
     if (rq->k == DECODE && !l->local)
         return rq->remote_s;
-    uint64_t fetch, computed = kv_computed(l, rq->tokens, hot, &fetch);
-    uint64_t cached = hot ? 0 : TD_MIN(l->cached_tokens, rq->tokens);
+    uint64_t cached, fetch, computed = kv_computed(l, rq->tokens, hot, &cached, &fetch);
     uint64_t slow = TD_MIN(l->cached_slow_tokens, cached);
     return (double)computed * cost_per_token(p, l) + (double)slow * slow_cost_per_token(p, l) +
            (double)fetch * fetch_cost_per_token(p, l);
@@ -296,9 +297,9 @@ int td_place_prefill(td_placer_t *p, td_place_load_t *loads, size_t n, uint64_t 
 {
     req_t rq = {PREFILL, tokens, tokens, 0};
     int i = pick(p, loads, n, &rq);
-    uint64_t fetch;
+    uint64_t cached, fetch;
     if (i >= 0)
-        loads[i].pending_tokens += kv_computed(&loads[i], tokens, false, &fetch);
+        loads[i].pending_tokens += kv_computed(&loads[i], tokens, false, &cached, &fetch);
     return i;
 }
 
@@ -310,9 +311,9 @@ int td_place_decode_prompt(td_placer_t *p, td_place_load_t *loads, size_t n, uin
     if (i >= 0) {
         loads[i].pending_seqs++;
         loads[i].pending_blocks += blocks;
-        uint64_t fetch;
+        uint64_t cached, fetch;
         if (loads[i].local)
-            loads[i].pending_tokens += kv_computed(&loads[i], tokens, false, &fetch);
+            loads[i].pending_tokens += kv_computed(&loads[i], tokens, false, &cached, &fetch);
     }
     return i;
 }

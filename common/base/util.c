@@ -288,33 +288,37 @@ void td_mmap_close(td_mmap_t *m)
     m->len = 0;
 }
 
-uint64_t td_now_ns(void)
+enum { HUGE_PAGE = 2 << 20, HUGE_MIN = 1 << 20 };
+
+/* A zeroed private anonymous read-write mapping of len bytes (a multiple of the page size) at an
+ * address that is `phase` past a 2 MiB boundary, marked for transparent huge pages: one page
+ * more is mapped, then trimmed on both sides. MAP_FAILED (errno set) when out of memory. */
+static void *map_huge(size_t len, uintptr_t phase)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint8_t *raw =
+        mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return MAP_FAILED;
+    uint8_t *p = raw + (phase + HUGE_PAGE - (uintptr_t)raw % HUGE_PAGE) % HUGE_PAGE;
+    if (p > raw)
+        munmap(raw, (size_t)(p - raw));
+    if (raw + len + HUGE_PAGE > p + len)
+        munmap(p + len, (size_t)(raw + len + HUGE_PAGE - (p + len)));
+#ifdef MADV_HUGEPAGE
+    madvise(p, len, MADV_HUGEPAGE); /* advice only: without it the pages are small */
+#endif
+    return p;
 }
+
 int td_mmap_to_anon(td_mmap_t *m)
 {
     if (!m->len)
         return 0;
-    const size_t huge = (size_t)2 << 20, page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t len = TD_ALIGN_UP(m->len, page);
-    /* a region huge bytes longer, so that its start can sit at the mapping's offset within a huge
-     * page: the pages then move to the mapping's address whole */
-    uint8_t *raw =
-        mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED)
+    size_t len = TD_ALIGN_UP(m->len, (size_t)sysconf(_SC_PAGESIZE));
+    /* at the mapping's offset within a huge page, so that the pages move to its address whole */
+    uint8_t *p = map_huge(len, (uintptr_t)m->data % HUGE_PAGE);
+    if (p == MAP_FAILED)
         return td_err_set(TD_ENOMEM, "copying a %zu-byte mapping: %s", m->len, strerror(errno));
-    uintptr_t want = (uintptr_t)m->data % huge;
-    uint8_t *p = raw + (want + huge - (uintptr_t)raw % huge) % huge;
-    if (p > raw)
-        munmap(raw, (size_t)(p - raw));
-    if (raw + len + huge > p + len)
-        munmap(p + len, (size_t)(raw + len + huge - (p + len)));
-#ifdef MADV_HUGEPAGE
-    madvise(p, len, MADV_HUGEPAGE); /* advice only: without it the copy is on ordinary pages */
-#endif
     memcpy(p, m->data, m->len);
     void *at = MAP_FAILED;
     if (mprotect(p, len, PROT_READ) == 0)
@@ -328,6 +332,12 @@ int td_mmap_to_anon(td_mmap_t *m)
     return 0;
 }
 
+uint64_t td_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 double td_now_s(void)
 {
@@ -346,28 +356,14 @@ void *td_calloc(size_t n, size_t size)
     return calloc(n, size);
 }
 
-enum { HUGE_PAGE = 2 << 20, HUGE_MIN = 1 << 20 };
-
 void *td_huge_calloc(size_t n, size_t size)
 {
     if (size && n > (SIZE_MAX - 2 * HUGE_PAGE) / size)
         return NULL;
     if (n * size < HUGE_MIN) /* not worth a page of its own */
         return calloc(n, size);
-    size_t bytes = (TD_MAX(n * size, 1) + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
-    /* map one page more than needed and trim it to a 2 MiB boundary */
-    uint8_t *m = mmap(NULL, bytes + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
-    if (m == MAP_FAILED)
-        return NULL;
-    size_t lead = (HUGE_PAGE - ((uintptr_t)m & (HUGE_PAGE - 1))) & (HUGE_PAGE - 1);
-    if (lead)
-        munmap(m, lead);
-    munmap(m + lead + bytes, HUGE_PAGE - lead);
-#ifdef MADV_HUGEPAGE
-    madvise(m + lead, bytes, MADV_HUGEPAGE); /* only a hint: without it the pages are small */
-#endif
-    return m + lead;
+    uint8_t *p = map_huge(TD_ALIGN_UP(TD_MAX(n * size, 1), (size_t)HUGE_PAGE), 0);
+    return p == MAP_FAILED ? NULL : p;
 }
 
 void td_huge_free(void *p, size_t bytes)
@@ -375,7 +371,7 @@ void td_huge_free(void *p, size_t bytes)
     if (p && bytes < HUGE_MIN)
         free(p);
     else if (p)
-        munmap(p, (TD_MAX(bytes, 1) + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1));
+        munmap(p, TD_ALIGN_UP(TD_MAX(bytes, 1), (size_t)HUGE_PAGE));
 }
 
 void *td_reallocarray(void *p, size_t n, size_t size)

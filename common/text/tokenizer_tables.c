@@ -161,6 +161,13 @@ int td__byte_of_char(uint32_t cp)
 /* Copy the merges whose ids are both below the largest power of two that keeps them within
  * TD__MERGE_HOT_MAX into m->hot (none when even 2 would not, or the copy cannot be allocated:
  * every lookup then goes to the full table, which is only slower). */
+/* The left and right ids of a merge table entry (td__merge_pair's layout). */
+static inline void merge_ids(uint64_t e, uint32_t *l, uint32_t *r)
+{
+    *l = (uint32_t)(e >> (TD__MERGE_ID_BITS + TD__MERGE_RANK_BITS));
+    *r = (uint32_t)(e >> TD__MERGE_RANK_BITS) & ((1u << TD__MERGE_ID_BITS) - 1);
+}
+
 static void mergemap_hot(td__mergemap_t *m)
 {
     size_t below[TD__MERGE_ID_BITS + 1] = {0}; /* merges whose larger id needs k bits */
@@ -168,8 +175,9 @@ static void mergemap_hot(td__mergemap_t *m)
         uint64_t e = m->ents[i];
         if (e == UINT64_MAX)
             continue;
-        uint32_t big = TD_MAX((uint32_t)(e >> (TD__MERGE_ID_BITS + TD__MERGE_RANK_BITS)),
-                              (uint32_t)(e >> TD__MERGE_RANK_BITS) & ((1u << TD__MERGE_ID_BITS) - 1));
+        uint32_t l, r;
+        merge_ids(e, &l, &r);
+        uint32_t big = TD_MAX(l, r);
         below[big ? 32 - __builtin_clz(big) : 0]++;
     }
     size_t n = 0, bits = 0; /* the hot table takes the merges whose ids have at most `bits` bits */
@@ -194,8 +202,8 @@ static void mergemap_hot(td__mergemap_t *m)
         uint64_t e = m->ents[i];
         if (e == UINT64_MAX)
             continue;
-        uint32_t l = (uint32_t)(e >> (TD__MERGE_ID_BITS + TD__MERGE_RANK_BITS));
-        uint32_t r = (uint32_t)(e >> TD__MERGE_RANK_BITS) & ((1u << TD__MERGE_ID_BITS) - 1);
+        uint32_t l, r;
+        merge_ids(e, &l, &r);
         if ((l | r) >= lim)
             continue;
         size_t j = td__merge_slot(e & ~(uint64_t)(TD__MERGE_RANKS - 1), m->hot_mask);

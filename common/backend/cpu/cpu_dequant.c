@@ -58,6 +58,11 @@ static inline float f16_at(const uint8_t *p)
 #endif
 }
 
+float td__cpu_f16(const uint8_t *p)
+{
+    return f16_at(p);
+}
+
 TD_CPU_KERNEL static void bf16_row(const uint8_t *src, int64_t n, float *out)
 {
     int64_t i = 0;

@@ -46,6 +46,8 @@ float td__cpu_dot(const float *a, const float *b, int64_t n);
 /* Columns [c0, c0 + n) of row r of W as fp32 (cpu_dequant.c): a pointer into W's data for F32,
  * else buf[n] filled. c0 and n keep every block whole (multiples of 256 but for the row's end). */
 const float *td__cpu_row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, float *buf);
+/* The IEEE half at p (little-endian), exactly as a float (cpu_dequant.c). */
+float td__cpu_f16(const uint8_t *p);
 
 /* Sub-block j's 6-bit scale and min in a Q4_K block's 12 scale bytes. */
 static inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *m)

@@ -41,25 +41,6 @@ static float round_f16(float f)
     return ldexpf(rintf(ldexpf(f, -q)), q);
 }
 
-static float half_at(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-    float f;
-    if (e == 0x1f)
-        u = s | 0x7f800000u | (m << 13);
-    else if (e)
-        u = s | ((e + 112u) << 23) | (m << 13);
-    else {
-        f = (float)m * 0x1p-24f;
-        memcpy(&u, &f, 4);
-        u |= s;
-    }
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* One block's step and 127 / amax. */
 static inline void block_scale(float amax, float *d, float *id)
 {
@@ -85,14 +66,14 @@ static inline float wblock(td_dtype_t t, const uint8_t *row, int64_t b, int8_t w
     if (t == TD_DTYPE_Q8_0) {
         const uint8_t *blk = row + b * 34;
         memcpy(w, blk + 2, QK);
-        return half_at(blk);
+        return td__cpu_f16(blk);
     }
     const uint8_t *blk = row + b * 18;
     for (int j = 0; j < 16; j++) {
         w[j] = (int8_t)((blk[2 + j] & 0xf) - 8);
         w[j + 16] = (int8_t)((blk[2 + j] >> 4) - 8);
     }
-    return half_at(blk);
+    return td__cpu_f16(blk);
 }
 
 /* The portable kernel: one output at a time, the same lanes and block order as the x86 ones. */
