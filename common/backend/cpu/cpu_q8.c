@@ -18,6 +18,7 @@
 #include "td_error.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define QK 32 /* values per block, weights and activations alike */
@@ -234,6 +235,126 @@ typedef void (*tile_fn)(const uint8_t *const *, const int8_t *, int64_t, const f
 TILES(q8, TD_DTYPE_Q8_0)
 TILES(q4, TD_DTYPE_Q4_0)
 
+/* The prefill kernel for rows of up to 1024 values: 16-bit integers and pmaddwd instead of
+ * maddubs. x86-64-v3 runs the integer multiplies (pmaddwd, pmaddubsw, psignb) and the fused
+ * multiply-adds on the same two pipes; with maddubs an output's block takes four of them there
+ * (sign, maddubs, madd, fmadd), with 16-bit operands three (two pmaddwd, fmadd: the add and the
+ * conversion run elsewhere). The 32 values of a block are split by index mod 4: E holds values
+ * 4k and 4k + 2 in lane k's two halves, O values 4k + 1 and 4k + 3, each sign-extended to 16
+ * bits, so pmaddwd(wE, qE) + pmaddwd(wO, qO) is lane k's exact sum s_k over 4k .. 4k + 3, the
+ * same integer as lane_sums(): the outputs are bitwise those of the other kernels. */
+KI void split16(__m256i v, int16_t *dst)
+{
+    _mm256_storeu_si256((__m256i *)dst, _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8));
+    _mm256_storeu_si256((__m256i *)(dst + 16), _mm256_srai_epi16(v, 8));
+}
+
+/* R rows (w16 + r * lw: per block E then O, 32 int16; steps ws[r * nb + b]) against TN tokens
+ * (q16 + t * lq, the same layout; block b's step d[b * ldd + t]): out[r][t]. The steps'
+ * products dw * dx go to a table first, read back by broadcasts: computed block by block they
+ * were stored and reloaded at once, and the stores' forwarding stalled the loop. */
+KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, const int16_t *q16,
+               int64_t lq, const float *d, int64_t ldd, int64_t nb, float out[4][8])
+{
+    float dd[32][2][4];
+    for (int64_t b = 0; b < nb; b++)
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            if (TN == 4)
+                _mm_storeu_ps(dd[b][r], _mm_mul_ps(_mm_set1_ps(ws[r * nb + b]),
+                                                   _mm_loadu_ps(d + b * ldd)));
+            else
+                for (int t = 0; t < TN; t++)
+                    dd[b][r][t] = ws[r * nb + b] * d[b * ldd + t];
+        }
+    __m256 acc[2][4];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++)
+            acc[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i we[2], wo[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            we[r] = _mm256_loadu_si256((const __m256i *)(w16 + r * lw + b * QK));
+            wo[r] = _mm256_loadu_si256((const __m256i *)(w16 + r * lw + b * QK + 16));
+            __asm__("" : "+x"(we[r]), "+x"(wo[r])); /* held in registers, not re-read */
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++) {
+            __m256i qe = _mm256_loadu_si256((const __m256i *)(q16 + t * lq + b * QK));
+            __m256i qo = _mm256_loadu_si256((const __m256i *)(q16 + t * lq + b * QK + 16));
+            __asm__("" : "+x"(qe), "+x"(qo));
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                __m256i s = _mm256_add_epi32(_mm256_madd_epi16(we[r], qe),
+                                             _mm256_madd_epi16(wo[r], qo));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[b][r][t]),
+                                            _mm256_cvtepi32_ps(s), acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++)
+            out[r][t] = lanes(acc[r][t]);
+}
+
+typedef void (*tile16_fn)(const int16_t *, int64_t, const float *, const int16_t *, int64_t,
+                          const float *, int64_t, int64_t, float[4][8]);
+#define TILE16(R, TN)                                                                              \
+    K static void t16_##R##x##TN(const int16_t *w16, int64_t lw, const float *ws,                  \
+                                 const int16_t *q16, int64_t lq, const float *d, int64_t ldd,      \
+                                 int64_t nb, float out[4][8])                                      \
+    {                                                                                              \
+        tile16(R, TN, w16, lw, ws, q16, lq, d, ldd, nb, out);                                      \
+    }
+TILE16(1, 1) TILE16(2, 1) TILE16(1, 4) TILE16(2, 4)
+
+/* Rows [r0, r1) against T >= 4 tokens with tile16; false (nothing done) where the 16-bit copy
+ * of the tokens cannot be allocated. */
+K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q, const float *d,
+                     int64_t T, float *out, int64_t out_ld)
+{
+    const int64_t n = W->cols, nb = n / QK;
+    const size_t rb = td_dtype_row_bytes(W->dtype, W->cols);
+    const int bs = W->dtype == TD_DTYPE_Q8_0 ? 34 : 18;
+    int16_t *q16 = malloc((size_t)T * n * sizeof(int16_t));
+    if (!q16)
+        return false;
+    for (int64_t i = 0; i < T * nb; i++)
+        split16(_mm256_loadu_si256((const __m256i *)(q + i * QK)), q16 + i * QK);
+    int16_t w16[2 * 1024];
+    float ws[2 * 32];
+    for (int64_t r = r0; r < r1; r += 2) {
+        const int R = (int)TD_MIN(2, r1 - r);
+        for (int i = 0; i < R; i++) {
+            const uint8_t *row = (const uint8_t *)W->data + (size_t)(r + i) * rb;
+            for (int64_t b = 0; b < nb; b++) {
+                split16(wvec(W->dtype, row + b * bs), w16 + i * n + b * QK);
+                ws[i * nb + b] = wstep(row + b * bs);
+            }
+        }
+        float o[4][8];
+        int64_t t = 0;
+        for (; t + 4 <= T; t += 4) {
+            (R == 2 ? t16_2x4 : t16_1x4)(w16, n, ws, q16 + t * n, n, d + t, T, nb, o);
+            for (int i = 0; i < R; i++)
+                for (int j = 0; j < 4; j++)
+                    out[(t + j) * out_ld + r + i] = o[i][j];
+        }
+        for (; t < T; t++) {
+            (R == 2 ? t16_2x1 : t16_1x1)(w16, n, ws, q16 + t * n, n, d + t, T, nb, o);
+            for (int i = 0; i < R; i++)
+                out[t * out_ld + r + i] = o[i][0];
+        }
+    }
+    free(q16);
+    return true;
+}
+
 /* [Q8_0, Q4_0][R - 1] for one, four and eight tokens */
 static const tile_fn tiles1[2][4] = {{q8_1x1, q8_2x1, q8_3x1, q8_4x1},
                                      {q4_1x1, q4_2x1, q4_3x1, q4_4x1}};
@@ -269,6 +390,8 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
         /* one token: four rows at a time from memory; more: two rows against eight tokens
          * (measured here, one thread's CPU time on 2304x768 Q8_0 against 128 tokens: 66 GFLOP/s,
          * three rows against four 61, the fp32 3x4 tiles over dequantised rows 65-67) */
+        if (T >= 4 && n <= 1024 && rows16(W, r0, r1, q, d, T, out, out_ld))
+            return;
         const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1, step = T == 1 ? 4 : 2;
         for (int64_t r = r0; r < r1; r += step) {
             int R = (int)TD_MIN(step, r1 - r);
