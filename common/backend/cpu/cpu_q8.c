@@ -235,7 +235,7 @@ typedef void (*tile_fn)(const uint8_t *const *, const int8_t *, int64_t, const f
 TILES(q8, TD_DTYPE_Q8_0)
 TILES(q4, TD_DTYPE_Q4_0)
 
-/* The prefill kernel for rows of up to 1024 values: 16-bit integers and pmaddwd instead of
+/* The kernel for four or more tokens: 16-bit integers and pmaddwd instead of
  * maddubs. x86-64-v3 runs the integer multiplies (pmaddwd, pmaddubsw, psignb) and the fused
  * multiply-adds on the same two pipes; with maddubs an output's block takes four of them there
  * (sign, maddubs, madd, fmadd), with 16-bit operands three (two pmaddwd, fmadd: the add and the
@@ -249,31 +249,40 @@ KI void split16(__m256i v, int16_t *dst)
     _mm256_storeu_si256((__m256i *)(dst + 16), _mm256_srai_epi16(v, 8));
 }
 
-/* R rows (w16 + r * lw: per block E then O, 32 int16; steps ws[r * nb + b]) against TN tokens
- * (q16 + t * lq, the same layout; block b's step d[b * ldd + t]): out[r][t]. The steps'
- * products dw * dx go to a table first, read back by broadcasts: computed block by block they
- * were stored and reloaded at once, and the stores' forwarding stalled the loop. */
+#define KC 24 /* blocks per pass of tile16: one pass's operands stay in L1 */
+
+/* R rows (w16 + r * lw: per block E then O, 32 int16; row r's step ws[8 * b + 4 * r .. + 3],
+ * four copies) against TN tokens
+ * (q16 + t * lq, the same layout; block b's step d[b * ldd + t]), blocks [b0, b1) of nb. The
+ * accumulators start at zero where b0 is 0, else from acc[r][t]; they go to acc where b1 < nb,
+ * else their lane trees to out[r][t]. A row longer than KC blocks takes several passes, so that
+ * the tokens' and rows' blocks of one pass stay in L1 (the values are those of one pass: the
+ * same fused multiply-adds in the same order). The steps' products dw * dx go to a table first,
+ * read back by broadcasts: computed block by block they were stored and reloaded at once, and
+ * the stores' forwarding stalled the loop. */
 KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, const int16_t *q16,
-               int64_t lq, const float *d, int64_t ldd, int64_t nb, float out[4][8])
+               int64_t lq, const float *d, int64_t ldd, int64_t nb, int64_t b0, int64_t b1,
+               __m256 acc_io[2][4], float out[4][8])
 {
-    float dd[32][2][4];
-    for (int64_t b = 0; b < nb; b++)
-#pragma GCC unroll 2
-        for (int r = 0; r < R; r++) {
-            if (TN == 4)
-                _mm_storeu_ps(dd[b][r], _mm_mul_ps(_mm_set1_ps(ws[r * nb + b]),
-                                                   _mm_loadu_ps(d + b * ldd)));
-            else
+    float dd[KC][2][4];
+    for (int64_t b = b0; b < b1; b++) {
+        if (TN == 4 && R == 2) /* both rows' four products in one multiply */
+            _mm256_storeu_ps(dd[b - b0][0], _mm256_mul_ps(_mm256_loadu_ps(ws + 8 * b),
+                                                          _mm256_broadcast_ps((const __m128 *)(d + b * ldd))));
+        else if (TN == 4)
+            _mm_storeu_ps(dd[b - b0][0], _mm_mul_ps(_mm_loadu_ps(ws + 8 * b), _mm_loadu_ps(d + b * ldd)));
+        else
+            for (int r = 0; r < R; r++)
                 for (int t = 0; t < TN; t++)
-                    dd[b][r][t] = ws[r * nb + b] * d[b * ldd + t];
-        }
+                    dd[b - b0][r][t] = ws[8 * b + 4 * r] * d[b * ldd + t];
+    }
     __m256 acc[2][4];
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < TN; t++)
-            acc[r][t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+            acc[r][t] = b0 == 0 ? _mm256_setzero_ps() : acc_io[r][t];
+    for (int64_t b = b0; b < b1; b++) {
         __m256i we[2], wo[2];
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
@@ -290,7 +299,7 @@ KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, c
             for (int r = 0; r < R; r++) {
                 __m256i s = _mm256_add_epi32(_mm256_madd_epi16(we[r], qe),
                                              _mm256_madd_epi16(wo[r], qo));
-                acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[b][r][t]),
+                acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[b - b0][r][t]),
                                             _mm256_cvtepi32_ps(s), acc[r][t]);
             }
         }
@@ -298,60 +307,113 @@ KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, c
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TN; t++)
-            out[r][t] = lanes(acc[r][t]);
+        for (int t = 0; t < TN; t++) {
+            if (b1 < nb)
+                acc_io[r][t] = acc[r][t];
+            else
+                out[r][t] = lanes(acc[r][t]);
+        }
 }
 
 typedef void (*tile16_fn)(const int16_t *, int64_t, const float *, const int16_t *, int64_t,
-                          const float *, int64_t, int64_t, float[4][8]);
+                          const float *, int64_t, int64_t, int64_t, int64_t, __m256[2][4],
+                          float[4][8]);
 #define TILE16(R, TN)                                                                              \
     K static void t16_##R##x##TN(const int16_t *w16, int64_t lw, const float *ws,                  \
                                  const int16_t *q16, int64_t lq, const float *d, int64_t ldd,      \
-                                 int64_t nb, float out[4][8])                                      \
+                                 int64_t nb, int64_t b0, int64_t b1, __m256 acc[2][4],             \
+                                 float out[4][8])                                                  \
     {                                                                                              \
-        tile16(R, TN, w16, lw, ws, q16, lq, d, ldd, nb, out);                                      \
+        tile16(R, TN, w16, lw, ws, q16, lq, d, ldd, nb, b0, b1, acc, out);                         \
     }
 TILE16(1, 1) TILE16(2, 1) TILE16(1, 4) TILE16(2, 4)
 
-/* Rows [r0, r1) against T >= 4 tokens with tile16; false (nothing done) where the 16-bit copy
- * of the tokens cannot be allocated. */
+/* Blocks [b0, b1) of R rows from row into w16 (E/O halves, row stride n) and ws (8 per block). */
+KI void widen(td_dtype_t t, const uint8_t *row, size_t rb, int R, int64_t n, int64_t b0,
+              int64_t b1, int16_t *w16, float *ws)
+{
+    const int bs = t == TD_DTYPE_Q8_0 ? 34 : 18;
+    for (int i = 0; i < R; i++)
+        for (int64_t b = b0; b < b1; b++) {
+            const uint8_t *blk = row + (size_t)i * rb + b * bs;
+            split16(wvec(t, blk), w16 + i * n + b * QK);
+            ws[8 * b + 4 * i] = ws[8 * b + 4 * i + 1] = ws[8 * b + 4 * i + 2] =
+                ws[8 * b + 4 * i + 3] = wstep(blk);
+        }
+}
+
+/* Rows [r0, r1) against T >= 4 tokens with tile16, two rows at a time against every group of
+ * four tokens; false (nothing done) where the 16-bit copies cannot be allocated. */
 K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q, const float *d,
                      int64_t T, float *out, int64_t out_ld)
 {
-    const int64_t n = W->cols, nb = n / QK;
+    const int64_t n = W->cols, nb = n / QK, ntile = (T + 3) / 4;
     const size_t rb = td_dtype_row_bytes(W->dtype, W->cols);
     const int bs = W->dtype == TD_DTYPE_Q8_0 ? 34 : 18;
-    int16_t *q16 = malloc((size_t)T * n * sizeof(int16_t));
-    if (!q16)
+    /* the tokens' values as E/O halves; two pairs of rows' (the one computed, the next being
+     * widened) and their steps; with several passes, each tile's accumulators between them */
+    const size_t accb = nb > KC ? (size_t)ntile * sizeof(__m256[2][4]) : 0;
+    uint8_t *mem = aligned_alloc(32, accb + ((size_t)(T + 4) * n * sizeof(int16_t) +
+                                             (size_t)16 * nb * sizeof(float) + 31) / 32 * 32);
+    if (!mem)
         return false;
+    __m256(*acc)[2][4] = (__m256(*)[2][4])mem;
+    int16_t *q16 = (int16_t *)(mem + accb), *w16[2] = {q16 + T * n, q16 + (T + 2) * n};
+    float *ws[2] = {(float *)(q16 + (T + 4) * n), (float *)(q16 + (T + 4) * n) + 8 * nb};
     for (int64_t i = 0; i < T * nb; i++)
         split16(_mm256_loadu_si256((const __m256i *)(q + i * QK)), q16 + i * QK);
-    int16_t w16[2 * 1024];
-    float ws[2 * 32];
-    for (int64_t r = r0; r < r1; r += 2) {
-        const int R = (int)TD_MIN(2, r1 - r);
-        for (int i = 0; i < R; i++) {
-            const uint8_t *row = (const uint8_t *)W->data + (size_t)(r + i) * rb;
-            for (int64_t b = 0; b < nb; b++) {
-                split16(wvec(W->dtype, row + b * bs), w16 + i * n + b * QK);
-                ws[i * nb + b] = wstep(row + b * bs);
+    const uint8_t *data = W->data;
+    widen(W->dtype, data + (size_t)r0 * rb, rb, (int)TD_MIN(2, r1 - r0), n, 0, nb, w16[0], ws[0]);
+    /* the next pair is widened a few blocks per tile of this one: in a loop of its own, its
+     * loads' latency from memory was 5% of a prefill's time */
+    const int64_t per = (nb + ntile - 1) / ntile;
+    for (int64_t r = r0, cur = 0; r < r1; r += 2, cur ^= 1) {
+        const int R = (int)TD_MIN(2, r1 - r), Rn = (int)TD_MAX(0, TD_MIN(2, r1 - r - 2));
+        const uint8_t *nx = data + (size_t)(r + 2) * rb;
+        int64_t done = 0; /* blocks of the next pair widened */
+        const tile16_fn f4 = R == 2 ? t16_2x4 : t16_1x4, f1 = R == 2 ? t16_2x1 : t16_1x1;
+        const int16_t *w = w16[cur];
+        const float *s = ws[cur];
+        for (int64_t b0 = 0; b0 < nb; b0 += KC) {
+            const int64_t b1 = TD_MIN(nb, b0 + KC);
+            float o[4][8];
+            __m256 a1[2][4]; /* one pass: neither read nor written */
+            int64_t t = 0;
+            for (; t + 4 <= T; t += 4) {
+                if (Rn && done < nb) {
+                    int64_t e = TD_MIN(nb, done + per);
+                    widen(W->dtype, nx, rb, Rn, n, done, e, w16[cur ^ 1], ws[cur ^ 1]);
+                    /* and the same blocks of the pair after it towards L2 (to L1 they would
+                     * be evicted by the tokens before their turn) */
+                    for (int i = 0; r + 4 + i < r1 && i < 2; i++)
+                        for (int64_t p = done * bs; p < e * bs + 63; p += 64)
+                            _mm_prefetch((const char *)nx + (size_t)(2 + i) * rb + p, _MM_HINT_T1);
+                    done = e;
+                }
+                f4(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, accb ? acc[t / 4] : a1, o);
+                if (b1 == nb)
+                    for (int i = 0; i < R; i++)
+                        for (int j = 0; j < 4; j++)
+                            out[(t + j) * out_ld + r + i] = o[i][j];
+            }
+            for (; t < T; t++) { /* the last tile's accumulators: one token each */
+                if (accb) {
+                    __m256 *at = &acc[t / 4][0][t % 4];
+                    __m256 a[2][4] = {{at[0]}, {at[4]}};
+                    f1(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, a, o);
+                    at[0] = a[0][0];
+                    at[4] = a[1][0];
+                } else
+                    f1(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, a1, o);
+                if (b1 == nb)
+                    for (int i = 0; i < R; i++)
+                        out[t * out_ld + r + i] = o[i][0];
             }
         }
-        float o[4][8];
-        int64_t t = 0;
-        for (; t + 4 <= T; t += 4) {
-            (R == 2 ? t16_2x4 : t16_1x4)(w16, n, ws, q16 + t * n, n, d + t, T, nb, o);
-            for (int i = 0; i < R; i++)
-                for (int j = 0; j < 4; j++)
-                    out[(t + j) * out_ld + r + i] = o[i][j];
-        }
-        for (; t < T; t++) {
-            (R == 2 ? t16_2x1 : t16_1x1)(w16, n, ws, q16 + t * n, n, d + t, T, nb, o);
-            for (int i = 0; i < R; i++)
-                out[t * out_ld + r + i] = o[i][0];
-        }
+        if (Rn && done < nb)
+            widen(W->dtype, nx, rb, Rn, n, done, nb, w16[cur ^ 1], ws[cur ^ 1]);
     }
-    free(q16);
+    free(mem);
     return true;
 }
 
@@ -390,7 +452,7 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
         /* one token: four rows at a time from memory; more: two rows against eight tokens
          * (measured here, one thread's CPU time on 2304x768 Q8_0 against 128 tokens: 66 GFLOP/s,
          * three rows against four 61, the fp32 3x4 tiles over dequantised rows 65-67) */
-        if (T >= 4 && n <= 1024 && rows16(W, r0, r1, q, d, T, out, out_ld))
+        if (T >= 4 && rows16(W, r0, r1, q, d, T, out, out_ld))
             return;
         const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1, step = T == 1 ? 4 : 2;
         for (int64_t r = r0; r < r1; r += step) {
