@@ -188,16 +188,8 @@ KI void tile(td_dtype_t T, int R, int TN, const uint8_t *const *w, const int8_t 
             const uint8_t *blk = w[r] + b * bs;
             wv[r] = wvec(T, blk);
             aw[r] = _mm256_sign_epi8(wv[r], wv[r]);
-            /* the steps' products dw * dx for the tile's tokens in one multiply, broadcast back
-             * from memory (loads, where shuffles would take the multiply units' ports) */
-            if (TN == 8)
-                _mm256_storeu_ps(
-                    dd[r], _mm256_mul_ps(_mm256_set1_ps(wstep(blk)), _mm256_loadu_ps(d + b * ldd)));
-            else if (TN == 4)
-                _mm_storeu_ps(dd[r],
-                              _mm_mul_ps(_mm_set1_ps(wstep(blk)), _mm_loadu_ps(d + b * ldd)));
-            else
-                dd[r][0] = wstep(blk) * d[b * ldd];
+            for (int t = 0; t < TN; t++)
+                dd[r][t] = wstep(blk) * d[b * ldd + t];
         }
 #pragma GCC unroll 8
         for (int t = 0; t < TN; t++) {
@@ -227,11 +219,7 @@ typedef void (*tile_fn)(const uint8_t *const *, const int8_t *, int64_t, const f
         tile(T, R, TN, w, q, ldq, d, ldd, nb, out, pf);                                            \
     }
 #define TILES(name, T)                                                                             \
-    TILE(name, T, 1, 1)                                                                            \
-    TILE(name, T, 2, 1)                                                                            \
-    TILE(name, T, 3, 1)                                                                            \
-    TILE(name, T, 4, 1) TILE(name, T, 1, 4) TILE(name, T, 2, 4) TILE(name, T, 1, 8)                \
-        TILE(name, T, 2, 8)
+    TILE(name, T, 1, 1) TILE(name, T, 2, 1) TILE(name, T, 3, 1) TILE(name, T, 4, 1)
 TILES(q8, TD_DTYPE_Q8_0)
 TILES(q4, TD_DTYPE_Q4_0)
 
@@ -417,11 +405,9 @@ K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
     return true;
 }
 
-/* [Q8_0, Q4_0][R - 1] for one, four and eight tokens */
+/* [Q8_0, Q4_0][R - 1] for one token */
 static const tile_fn tiles1[2][4] = {{q8_1x1, q8_2x1, q8_3x1, q8_4x1},
                                      {q4_1x1, q4_2x1, q4_3x1, q4_4x1}};
-static const tile_fn tiles4[2][2] = {{q8_1x4, q8_2x4}, {q4_1x4, q4_2x4}};
-static const tile_fn tiles8[2][2] = {{q8_1x8, q8_2x8}, {q4_1x8, q4_2x8}};
 #endif
 
 void td__cpu_quant_act(const float *x, int64_t x_ld, int64_t T, int64_t n, int8_t *q, float *d,
@@ -449,32 +435,23 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
     const uint8_t *data = W->data;
 #ifdef TD_CPU_FMA_KERNELS
     if (td__cpu_fma()) {
-        /* one token: four rows at a time from memory; more: two rows against eight tokens
-         * (measured here, one thread's CPU time on 2304x768 Q8_0 against 128 tokens: 66 GFLOP/s,
-         * three rows against four 61, the fp32 3x4 tiles over dequantised rows 65-67) */
+        /* four tokens or more: rows16, two rows against four tokens (measured here, one
+         * thread's CPU time on 2304x768 Q8_0 against 120 tokens, a standalone copy of each loop:
+         * 74 GFLOP/s at 768 values a row; the 8-bit maddubs tiles it replaced 66-67 at 2x8,
+         * 64-66 at 3x4, 63 at 4x3, 64 at 2x6; 16-bit 4x3 or 3x3 with the rows' halves reloaded
+         * from L1 63-64, the tokens widened inside the tile 68-71; in the engine, the ~100M
+         * llama's 128-token Q8_0 prefill took 0.25 s of CPU where the 2x8 tiles took 0.28).
+         * Fewer tokens (or no memory for rows16's copies): four rows at a time, one token each */
         if (T >= 4 && rows16(W, r0, r1, q, d, T, out, out_ld))
             return;
-        const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1, step = T == 1 ? 4 : 2;
-        for (int64_t r = r0; r < r1; r += step) {
-            int R = (int)TD_MIN(step, r1 - r);
+        const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1;
+        for (int64_t r = r0; r < r1; r += 4) {
+            int R = (int)TD_MIN(4, r1 - r);
             const uint8_t *w[4];
             for (int i = 0; i < R; i++)
                 w[i] = data + (size_t)(r + i) * rb;
             float o[4][8];
-            int64_t t = 0;
-            for (; t + 8 <= T; t += 8) {
-                tiles8[k][R - 1](w, q + t * n, n, d + t, T, nb, o, NULL);
-                for (int i = 0; i < R; i++)
-                    for (int j = 0; j < 8; j++)
-                        out[(t + j) * out_ld + r + i] = o[i][j];
-            }
-            for (; t + 4 <= T; t += 4) {
-                tiles4[k][R - 1](w, q + t * n, n, d + t, T, nb, o, NULL);
-                for (int i = 0; i < R; i++)
-                    for (int j = 0; j < 4; j++)
-                        out[(t + j) * out_ld + r + i] = o[i][j];
-            }
-            for (; t < T; t++) {
+            for (int64_t t = 0; t < T; t++) {
                 const char *pf = T == 1 ? (const char *)(w[0] + (size_t)R * rb) : NULL;
                 tiles1[k][R - 1](w, q + t * n, n, d + t, T, nb, o, pf);
                 for (int i = 0; i < R; i++)
