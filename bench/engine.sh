@@ -10,9 +10,9 @@
 #    read (the same bytes);
 # 2. per thread count and format, ROUNDS rounds (default 3), each one run of bench_engine on the
 #    ~100M llama's GGUF (prefill tokens/s of a 128-token prompt in one step, after a 16-token
-#    warm-up step on each side; decode tokens/s at
-#    batch 1 and 16, each as a fraction of the memory-bandwidth roofline: the bytes a step must
-#    read over the read bandwidth bench_engine measures at its start) and one run of llama.cpp
+#    warm-up step on each side; decode tokens/s at batch 1 and 16, each as a fraction of the
+#    memory-bandwidth roofline: the bytes a step must read over the read bandwidth bench_engine
+#    measures at its start) and one run of llama.cpp
 #    (npm node-llama-cpp@3.21.1, prebuilt CPU build) on the same file with the same thread count
 #    (prefill of the same 128-token prompt, greedy decode at batch 1); the two alternate which goes
 #    first from round to round, so that a drift of the machine's speed falls on both;

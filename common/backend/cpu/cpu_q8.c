@@ -376,6 +376,10 @@ K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
                     for (int i = 0; r + 4 + i < r1 && i < 2; i++)
                         for (int64_t p = done * bs; p < e * bs + 63; p += 64)
                             _mm_prefetch((const char *)nx + (size_t)(2 + i) * rb + p, _MM_HINT_T1);
+                    /* and this pair's next blocks to L1, two tiles ahead */
+                    for (int i = 0; i < Rn; i++)
+                        for (int64_t p = e * bs; p < TD_MIN(nb, e + 2 * per) * bs; p += 64)
+                            _mm_prefetch((const char *)nx + (size_t)i * rb + p, _MM_HINT_T0);
                     done = e;
                 }
                 f4(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, accb ? acc[t / 4] : a1, o);
