@@ -165,6 +165,14 @@ KI float lanes(__m256 acc)
     return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
+/* lanes() of four accumulators at once, the same additions in the same tree: the pairs, then
+ * the pairs' pairs (within each 128-bit half), then the halves. */
+KI __m128 lanes4(const __m256 a[4])
+{
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
 /* R rows against TN tokens (values q + t * ldq, block b's step d[b * ldd + t]): out[r][t]. */
 KI void tile(td_dtype_t T, int R, int TN, const uint8_t *const *w, const int8_t *q, int64_t ldq,
              const float *d, int64_t ldd, int64_t nb, float out[4][8], const char *pf)
@@ -240,17 +248,17 @@ KI void split16(__m256i v, int16_t *dst)
 #define KC 24 /* blocks per pass of tile16: one pass's operands stay in L1 */
 
 /* R rows (w16 + r * lw: per block E then O, 32 int16; row r's step ws[8 * b + 4 * r .. + 3],
- * four copies) against TN tokens
- * (q16 + t * lq, the same layout; block b's step d[b * ldd + t]), blocks [b0, b1) of nb. The
- * accumulators start at zero where b0 is 0, else from acc[r][t]; they go to acc where b1 < nb,
- * else their lane trees to out[r][t]. A row longer than KC blocks takes several passes, so that
- * the tokens' and rows' blocks of one pass stay in L1 (the values are those of one pass: the
- * same fused multiply-adds in the same order). The steps' products dw * dx go to a table first,
- * read back by broadcasts: computed block by block they were stored and reloaded at once, and
- * the stores' forwarding stalled the loop. */
+ * four copies) against TN tokens (q16 + t * lq, the same layout; block b's step
+ * d[b * ldd + t]), blocks [b0, b1) of nb. The accumulators start at zero where b0 is 0, else
+ * from acc_io[r][t]; they go back to acc_io where b1 < nb, else their lane trees to
+ * out[t * out_ld + r]. A row longer than KC blocks takes several passes, so that one pass's
+ * blocks of the tokens and rows stay in L1 (the values are those of one pass: the same fused
+ * multiply-adds in the same order). The steps' products dw * dx go to a table first, read back
+ * by broadcasts: computed block by block they were stored and reloaded at once, and the stores'
+ * forwarding stalled the loop. */
 KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, const int16_t *q16,
                int64_t lq, const float *d, int64_t ldd, int64_t nb, int64_t b0, int64_t b1,
-               __m256 acc_io[2][4], float out[4][8])
+               __m256 acc_io[2][4], float *out, int64_t out_ld)
 {
     float dd[KC][2][4];
     for (int64_t b = b0; b < b1; b++) {
@@ -292,27 +300,42 @@ KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, c
             }
         }
     }
+    if (b1 < nb) {
 #pragma GCC unroll 2
-    for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < TN; t++) {
-            if (b1 < nb)
+            for (int t = 0; t < TN; t++)
                 acc_io[r][t] = acc[r][t];
-            else
-                out[r][t] = lanes(acc[r][t]);
+    } else if (TN == 4) { /* out[t * out_ld + r]: each token's two rows in one store */
+        __m128 x0 = lanes4(acc[0]), x1 = R == 2 ? lanes4(acc[1]) : x0;
+        __m128 lo = _mm_unpacklo_ps(x0, x1), hi = _mm_unpackhi_ps(x0, x1);
+        if (R == 2) {
+            _mm_storel_pi((__m64 *)out, lo);
+            _mm_storeh_pi((__m64 *)(out + out_ld), lo);
+            _mm_storel_pi((__m64 *)(out + 2 * out_ld), hi);
+            _mm_storeh_pi((__m64 *)(out + 3 * out_ld), hi);
+        } else {
+            float v[4];
+            _mm_storeu_ps(v, x0);
+            for (int t = 0; t < 4; t++)
+                out[t * out_ld] = v[t];
         }
+    } else
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++)
+            out[r] = lanes(acc[r][0]);
 }
 
 typedef void (*tile16_fn)(const int16_t *, int64_t, const float *, const int16_t *, int64_t,
                           const float *, int64_t, int64_t, int64_t, int64_t, __m256[2][4],
-                          float[4][8]);
+                          float *, int64_t);
 #define TILE16(R, TN)                                                                              \
     K static void t16_##R##x##TN(const int16_t *w16, int64_t lw, const float *ws,                  \
                                  const int16_t *q16, int64_t lq, const float *d, int64_t ldd,      \
                                  int64_t nb, int64_t b0, int64_t b1, __m256 acc[2][4],             \
-                                 float out[4][8])                                                  \
+                                 float *out, int64_t out_ld)                                       \
     {                                                                                              \
-        tile16(R, TN, w16, lw, ws, q16, lq, d, ldd, nb, b0, b1, acc, out);                         \
+        tile16(R, TN, w16, lw, ws, q16, lq, d, ldd, nb, b0, b1, acc, out, out_ld);                 \
     }
 TILE16(1, 1) TILE16(2, 1) TILE16(1, 4) TILE16(2, 4)
 
@@ -364,7 +387,6 @@ K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
         const float *s = ws[cur];
         for (int64_t b0 = 0; b0 < nb; b0 += KC) {
             const int64_t b1 = TD_MIN(nb, b0 + KC);
-            float o[4][8];
             __m256 a1[2][4]; /* one pass: neither read nor written */
             int64_t t = 0;
             for (; t + 4 <= T; t += 4) {
@@ -382,24 +404,20 @@ K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
                             _mm_prefetch((const char *)nx + (size_t)i * rb + p, _MM_HINT_T0);
                     done = e;
                 }
-                f4(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, accb ? acc[t / 4] : a1, o);
-                if (b1 == nb)
-                    for (int i = 0; i < R; i++)
-                        for (int j = 0; j < 4; j++)
-                            out[(t + j) * out_ld + r + i] = o[i][j];
+                f4(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, accb ? acc[t / 4] : a1,
+                   out + t * out_ld + r, out_ld);
             }
             for (; t < T; t++) { /* the last tile's accumulators: one token each */
                 if (accb) {
                     __m256 *at = &acc[t / 4][0][t % 4];
                     __m256 a[2][4] = {{at[0]}, {at[4]}};
-                    f1(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, a, o);
+                    f1(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, a, out + t * out_ld + r,
+                       out_ld);
                     at[0] = a[0][0];
                     at[4] = a[1][0];
                 } else
-                    f1(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, a1, o);
-                if (b1 == nb)
-                    for (int i = 0; i < R; i++)
-                        out[t * out_ld + r + i] = o[i][0];
+                    f1(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, a1, out + t * out_ld + r,
+                       out_ld);
             }
         }
         if (Rn && done < nb)
