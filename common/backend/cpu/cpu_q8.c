@@ -365,14 +365,21 @@ K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
      * widened) and their steps; with several passes, each tile's accumulators between them */
     const size_t accb = nb > KC ? (size_t)ntile * sizeof(__m256[2][4]) : 0;
     uint8_t *mem = aligned_alloc(32, accb + ((size_t)(T + 4) * n * sizeof(int16_t) +
-                                             (size_t)16 * nb * sizeof(float) + 31) / 32 * 32);
+                                             (size_t)(16 + 4 * ntile) * nb * sizeof(float) + 31) /
+                                                32 * 32);
     if (!mem)
         return false;
     __m256(*acc)[2][4] = (__m256(*)[2][4])mem;
     int16_t *q16 = (int16_t *)(mem + accb), *w16[2] = {q16 + T * n, q16 + (T + 2) * n};
     float *ws[2] = {(float *)(q16 + (T + 4) * n), (float *)(q16 + (T + 4) * n) + 8 * nb};
+    /* each group of four tokens' steps together, [b][4] (they were 4 of T apart: a tile's read
+     * them from as many lines as blocks) */
+    float *d4 = ws[1] + 8 * nb;
     for (int64_t i = 0; i < T * nb; i++)
         split16(_mm256_loadu_si256((const __m256i *)(q + i * QK)), q16 + i * QK);
+    for (int64_t t = 0; t + 4 <= T; t += 4)
+        for (int64_t b = 0; b < nb; b++)
+            memcpy(d4 + t * nb + 4 * b, d + b * T + t, 4 * sizeof(float));
     const uint8_t *data = W->data;
     widen(W->dtype, data + (size_t)r0 * rb, rb, (int)TD_MIN(2, r1 - r0), n, 0, nb, w16[0], ws[0]);
     /* the next pair is widened a few blocks per tile of this one: in a loop of its own, its
@@ -404,7 +411,7 @@ K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
                             _mm_prefetch((const char *)nx + (size_t)i * rb + p, _MM_HINT_T0);
                     done = e;
                 }
-                f4(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, accb ? acc[t / 4] : a1,
+                f4(w, n, s, q16 + t * n, n, d4 + t * nb, 4, nb, b0, b1, accb ? acc[t / 4] : a1,
                    out + t * out_ld + r, out_ld);
             }
             for (; t < T; t++) { /* the last tile's accumulators: one token each */
