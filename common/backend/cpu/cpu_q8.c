@@ -263,10 +263,12 @@ KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, c
     float dd[KC][2][4];
     for (int64_t b = b0; b < b1; b++) {
         if (TN == 4 && R == 2) /* both rows' four products in one multiply */
-            _mm256_storeu_ps(dd[b - b0][0], _mm256_mul_ps(_mm256_loadu_ps(ws + 8 * b),
-                                                          _mm256_broadcast_ps((const __m128 *)(d + b * ldd))));
+            _mm256_storeu_ps(dd[b - b0][0],
+                             _mm256_mul_ps(_mm256_loadu_ps(ws + 8 * b),
+                                           _mm256_broadcast_ps((const __m128 *)(d + b * ldd))));
         else if (TN == 4)
-            _mm_storeu_ps(dd[b - b0][0], _mm_mul_ps(_mm_loadu_ps(ws + 8 * b), _mm_loadu_ps(d + b * ldd)));
+            _mm_storeu_ps(dd[b - b0][0],
+                          _mm_mul_ps(_mm_loadu_ps(ws + 8 * b), _mm_loadu_ps(d + b * ldd)));
         else
             for (int r = 0; r < R; r++)
                 for (int t = 0; t < TN; t++)
@@ -293,8 +295,8 @@ KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, c
             __asm__("" : "+x"(qe), "+x"(qo));
 #pragma GCC unroll 2
             for (int r = 0; r < R; r++) {
-                __m256i s = _mm256_add_epi32(_mm256_madd_epi16(we[r], qe),
-                                             _mm256_madd_epi16(wo[r], qo));
+                __m256i s =
+                    _mm256_add_epi32(_mm256_madd_epi16(we[r], qe), _mm256_madd_epi16(wo[r], qo));
                 acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[b - b0][r][t]),
                                             _mm256_cvtepi32_ps(s), acc[r][t]);
             }
@@ -327,21 +329,24 @@ KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, c
 }
 
 typedef void (*tile16_fn)(const int16_t *, int64_t, const float *, const int16_t *, int64_t,
-                          const float *, int64_t, int64_t, int64_t, int64_t, __m256[2][4],
-                          float *, int64_t);
+                          const float *, int64_t, int64_t, int64_t, int64_t, __m256[2][4], float *,
+                          int64_t);
 #define TILE16(R, TN)                                                                              \
     K static void t16_##R##x##TN(const int16_t *w16, int64_t lw, const float *ws,                  \
                                  const int16_t *q16, int64_t lq, const float *d, int64_t ldd,      \
-                                 int64_t nb, int64_t b0, int64_t b1, __m256 acc[2][4],             \
-                                 float *out, int64_t out_ld)                                       \
+                                 int64_t nb, int64_t b0, int64_t b1, __m256 acc[2][4], float *out, \
+                                 int64_t out_ld)                                                   \
     {                                                                                              \
         tile16(R, TN, w16, lw, ws, q16, lq, d, ldd, nb, b0, b1, acc, out, out_ld);                 \
     }
-TILE16(1, 1) TILE16(2, 1) TILE16(1, 4) TILE16(2, 4)
+TILE16(1, 1)
+TILE16(2, 1)
+TILE16(1, 4)
+TILE16(2, 4)
 
-/* Blocks [b0, b1) of R rows from row into w16 (E/O halves, row stride n) and ws (8 per block). */
-KI void widen(td_dtype_t t, const uint8_t *row, size_t rb, int R, int64_t n, int64_t b0,
-              int64_t b1, int16_t *w16, float *ws)
+/* Blocks [b0, b1) of R rows from row into w16 (E/O halves, row stride n) and ws (8 a block). */
+KI void widen(td_dtype_t t, const uint8_t *row, size_t rb, int R, int64_t n, int64_t b0, int64_t b1,
+              int16_t *w16, float *ws)
 {
     const int bs = t == TD_DTYPE_Q8_0 ? 34 : 18;
     for (int i = 0; i < R; i++)
@@ -382,8 +387,9 @@ K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
             memcpy(d4 + t * nb + 4 * b, d + b * T + t, 4 * sizeof(float));
     const uint8_t *data = W->data;
     widen(W->dtype, data + (size_t)r0 * rb, rb, (int)TD_MIN(2, r1 - r0), n, 0, nb, w16[0], ws[0]);
-    /* the next pair is widened a few blocks per tile of this one: in a loop of its own, its
-     * loads' latency from memory was 5% of a prefill's time */
+    /* the next pair is widened a few blocks per tile of this one, its rows prefetched ahead
+     * (widened in a loop of their own, their loads waited on memory for most of rows16's 5-9%
+     * of a prefill's time) */
     const int64_t per = (nb + ntile - 1) / ntile;
     for (int64_t r = r0, cur = 0; r < r1; r += 2, cur ^= 1) {
         const int R = (int)TD_MIN(2, r1 - r), Rn = (int)TD_MAX(0, TD_MIN(2, r1 - r - 2));
@@ -469,8 +475,9 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
          * 74 GFLOP/s at 768 values a row; the 8-bit maddubs tiles it replaced 66-67 at 2x8,
          * 64-66 at 3x4, 63 at 4x3, 64 at 2x6; 16-bit 4x3 or 3x3 with the rows' halves reloaded
          * from L1 63-64, the tokens widened inside the tile 68-71; in the engine, the ~100M
-         * llama's 128-token Q8_0 prefill took 0.25 s of CPU where the 2x8 tiles took 0.28).
-         * Fewer tokens (or no memory for rows16's copies): four rows at a time, one token each */
+         * llama's 128-token Q8_0 prefill takes 0.23-0.25 s of CPU where the 2x8 tiles took
+         * 0.27-0.29). Fewer tokens (or no memory for rows16's copies): four rows at a time, one
+         * token each */
         if (T >= 4 && rows16(W, r0, r1, q, d, T, out, out_ld))
             return;
         const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1;
