@@ -347,6 +347,15 @@ static void cands_find(const td__bpematch_t *M, const uint8_t *w, size_t n, cand
         __builtin_prefetch(&M->pre[c->h[(c->n - 1 - k) % CANDS] >> M->pre_shift]);
 }
 
+static void bloom_prefetch(const td__bpematch_t *M, const uint8_t *w, size_t n)
+{
+    uint64_t h = 0;
+    for (size_t i = 0; i < n; i++) {
+        h = td__match_step(h, w[i]);
+        __builtin_prefetch(&M->bloom[td__match_bword(M, td__match_fin(h))]);
+    }
+}
+
 /* The longest token among cands_find's prefixes c of w, NULL none. */
 static const struct td__mpre *cands_pick(const td__bpematch_t *M, const cands_t *c,
                                          const uint8_t *w)
@@ -395,6 +404,7 @@ size_t td__bpe_match(const td_tokenizer_t *tok, struct td_scratch *s, const size
     /* rounds: each unfinished word asks whether the rest of it is a token, and when it is not,
      * takes its longest prefix that is; every word's probes are started before any is read */
     while (na) {
+        /* the Bloom filter's words too: outside a benchmark loop it is not in the cache either */
         for (size_t a = 0; a < na; a++) {
             size_t i = act[a], k = which[i];
             const uint8_t *w = (const uint8_t *)base + s->qoff[k] + pos[i];
@@ -403,8 +413,15 @@ size_t td__bpe_match(const td_tokenizer_t *tok, struct td_scratch *s, const size
                 hw[i] = rest <= M->maxlen ? hash_of(w, rest) : 0;
                 __builtin_prefetch(&M->pre[hw[i] >> M->pre_shift]);
             } else {
-                cands_find(M, w, TD_MIN(rest - 1, M->maxlen), &cd[i]);
+                bloom_prefetch(M, w, TD_MIN(rest - 1, M->maxlen));
             }
+        }
+        for (size_t a = 0; a < na; a++) {
+            size_t i = act[a], k = which[i];
+            size_t rest = s->qlen[k] - pos[i];
+            if (phase[i] == PREFIX)
+                cands_find(M, (const uint8_t *)base + s->qoff[k] + pos[i],
+                           TD_MIN(rest - 1, M->maxlen), &cd[i]);
         }
         size_t j = 0;
         for (size_t a = 0; a < na; a++) {
