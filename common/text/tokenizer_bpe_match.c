@@ -79,7 +79,7 @@ static void bpe_match_free(td__bpematch_t *M)
 {
     if (!M)
         return;
-    td_huge_free(M->pre, (M->pre_mask + 1) * sizeof(*M->pre));
+    td_huge_free(M->pre, (M->pre_mask + 1) * sizeof(uint64_t));
     free(M->bloom);
     td_huge_free(M->tk, M->ntk * sizeof(td__mtok_t));
     free(M);
@@ -151,7 +151,7 @@ static bool fill_prefix(const td_tokenizer_t *tok, td__bpematch_t *M)
     size_t words = 64;
     while (words * 64 < 8 * n)
         words *= 2;
-    M->pre = td_huge_calloc(cap, sizeof(*M->pre));
+    M->pre = td_huge_calloc(cap, sizeof(uint64_t));
     M->bloom = td_calloc(words, sizeof(uint64_t));
     if (!M->pre || !M->bloom)
         return false;
@@ -167,14 +167,15 @@ static bool fill_prefix(const td_tokenizer_t *tok, td__bpematch_t *M)
         for (size_t i = 0; i < k->len; i++)
             h = td__match_step(h, p[i]);
         h = td__match_fin(h);
-        uint64_t want = (h & TD__MATCH_TAG) << TD__MTOK_FIELD;
-        size_t i = (size_t)(h >> M->pre_shift);
-        for (; M->pre[i].key; i = (i + 1) & M->pre_mask)
-            if ((M->pre[i].key & ~(uint64_t)FIELD_MASK) == want)
-                break;
-        if (M->pre[i].key)
+        if (k->off >> TD__MATCH_OFF_BITS)
             continue;
-        M->pre[i] = (struct td__mpre){.key = want | (t + 1), .off = k->off, .len = k->len};
+        size_t i = (size_t)(h >> M->pre_shift);
+        for (; M->pre[i]; i = (i + 1) & M->pre_mask)
+            if (td__match_tag_is(M->pre[i], h))
+                break;
+        if (M->pre[i])
+            continue;
+        M->pre[i] = td__match_entry(h, k->off, k->len, (int32_t)t);
         M->bloom[td__match_bword(M, h)] |= td__match_bbits(h);
         if (k->len > M->maxlen)
             M->maxlen = k->len;
@@ -300,15 +301,12 @@ static void pair_checks(const td__bpematch_t *M, const td__mergemap_t *m, checks
     }
 }
 
-/* The entry of the token whose bytes hash to h (finished), NULL none. */
-static inline const struct td__mpre *probe(const td__bpematch_t *M, uint64_t h)
+/* The entry of the token whose bytes hash to h (finished), 0 none. */
+static inline uint64_t probe(const td__bpematch_t *M, uint64_t h)
 {
-    uint64_t want = (h & TD__MATCH_TAG) << TD__MTOK_FIELD;
     for (size_t i = (size_t)(h >> M->pre_shift);; i = (i + 1) & M->pre_mask) {
-        const struct td__mpre *e = &M->pre[i];
-        if (!e->key)
-            return NULL;
-        if ((e->key & ~(uint64_t)FIELD_MASK) == want)
+        uint64_t e = M->pre[i];
+        if (!e || td__match_tag_is(e, h))
             return e;
     }
 }
@@ -356,26 +354,25 @@ static void bloom_prefetch(const td__bpematch_t *M, const uint8_t *w, size_t n)
     }
 }
 
-/* The longest token among cands_find's prefixes c of w, NULL none. */
-static const struct td__mpre *cands_pick(const td__bpematch_t *M, const cands_t *c,
-                                         const uint8_t *w)
+/* The entry of the longest token among cands_find's prefixes c of w, 0 none. */
+static uint64_t cands_pick(const td__bpematch_t *M, const cands_t *c, const uint8_t *w)
 {
     size_t kept = TD_MIN(c->n, (size_t)CANDS);
     for (size_t k = 0; k < kept; k++) {
-        const struct td__mpre *e = probe(M, c->h[(c->n - 1 - k) % CANDS]);
+        uint64_t e = probe(M, c->h[(c->n - 1 - k) % CANDS]);
         if (e)
             return e;
     }
     if (c->n <= CANDS)
-        return NULL;
+        return 0;
     /* more passed the filter than were kept, and the kept ones were false positives */
     for (size_t l = c->len[(c->n - CANDS) % CANDS] - 1; l > 0; l--) {
         uint64_t h = hash_of(w, l);
-        const struct td__mpre *e = td__match_maybe(M, h) ? probe(M, h) : NULL;
+        uint64_t e = td__match_maybe(M, h) ? probe(M, h) : 0;
         if (e)
             return e;
     }
-    return NULL;
+    return 0;
 }
 
 /* The words of a batch: their tokens so far go in qscan[k].id, each one's start in .rank and
@@ -429,10 +426,10 @@ size_t td__bpe_match(const td_tokenizer_t *tok, struct td_scratch *s, const size
             td__scan_t *sc = &s->qscan[k];
             const uint8_t *w = (const uint8_t *)base + s->qoff[k] + pos[i];
             size_t rest = s->qlen[k] - pos[i];
-            const struct td__mpre *e;
+            uint64_t e;
             if (phase[i] == WHOLE) {
-                e = rest <= M->maxlen ? probe(M, hw[i]) : NULL;
-                if (!e || e->len != rest) {
+                e = rest <= M->maxlen ? probe(M, hw[i]) : 0;
+                if (!e || td__match_len(e) != rest) {
                     phase[i] = PREFIX;
                     act[j++] = i;
                     continue;
@@ -441,14 +438,15 @@ size_t td__bpe_match(const td_tokenizer_t *tok, struct td_scratch *s, const size
                 bad[i] = true; /* a byte with no token of its own: merged */
                 continue;
             }
-            int32_t t = (int32_t)(e->key & FIELD_MASK) - 1;
-            __builtin_prefetch(tok->arena + e->off);
-            if (sc->n || e->len != rest)
+            int32_t t = td__match_id(e);
+            uint32_t len = td__match_len(e);
+            __builtin_prefetch(tok->arena + td__match_off(e));
+            if (sc->n || len != rest)
                 __builtin_prefetch(&M->tk[t]); /* for the pair checks */
             sc->rank[sc->n] = pos[i];
-            sc->slot[sc->n] = e->off;
+            sc->slot[sc->n] = td__match_off(e);
             sc->id[sc->n++] = t;
-            pos[i] += e->len;
+            pos[i] += len;
             phase[i] = WHOLE;
             if (pos[i] < s->qlen[k])
                 act[j++] = i;

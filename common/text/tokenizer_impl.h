@@ -161,12 +161,10 @@ enum {
 
 typedef struct td__bpematch {
     /* every proposable token's raw bytes by hash (td__match_step, td__match_fin): slot
-     * (hash >> shift), then linear probing; key (hash & TD__MATCH_TAG) << 21 | (id + 1), 0 =
-     * empty, with where the bytes are, to compare */
-    struct td__mpre {
-        uint64_t key;
-        uint32_t off, len; /* the token's raw bytes in tok->arena */
-    } * pre;
+     * (hash >> shift), then linear probing; an entry (8 bytes: the table is as small as it can
+     * be, it is read at random) holds the hash's low TD__MATCH_TAG_BITS, where the token's raw
+     * bytes are in tok->arena, their length - 1 and the id + 1 (td__match_entry); 0 = empty */
+    uint64_t *pre;
     size_t pre_mask;
     unsigned pre_shift;
     /* a Bloom filter over the same hashes (two bits in one word: td__match_maybe), about a byte a
@@ -192,7 +190,37 @@ static inline uint64_t td__match_fin(uint64_t h)
     return h ^ (h >> 29);
 }
 
-#define TD__MATCH_TAG ((1ull << 43) - 1)
+enum {
+    TD__MATCH_TAG_BITS = 14,
+    TD__MATCH_OFF_BITS = 22, /* arena offsets of proposable tokens: below 4 MiB */
+    TD__MATCH_LEN_BITS = 7,  /* lengths 1..128 */
+};
+
+static inline uint64_t td__match_entry(uint64_t h, uint32_t off, uint32_t len, int32_t id)
+{
+    return (h & ((1u << TD__MATCH_TAG_BITS) - 1)) << 50 | (uint64_t)off << 28 |
+           (uint64_t)(len - 1) << 21 | (uint64_t)(id + 1);
+}
+
+static inline bool td__match_tag_is(uint64_t e, uint64_t h)
+{
+    return e >> 50 == (h & ((1u << TD__MATCH_TAG_BITS) - 1));
+}
+
+static inline int32_t td__match_id(uint64_t e)
+{
+    return (int32_t)(e & ((1u << 21) - 1)) - 1;
+}
+
+static inline uint32_t td__match_len(uint64_t e)
+{
+    return (uint32_t)(e >> 21 & ((1u << TD__MATCH_LEN_BITS) - 1)) + 1;
+}
+
+static inline uint32_t td__match_off(uint64_t e)
+{
+    return (uint32_t)(e >> 28 & ((1u << TD__MATCH_OFF_BITS) - 1));
+}
 
 /* The Bloom filter's word and bits of a finished hash h. */
 static inline size_t td__match_bword(const td__bpematch_t *M, uint64_t h)
