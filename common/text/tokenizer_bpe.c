@@ -433,6 +433,13 @@ static int bpe_queue(const td_tokenizer_t *tok, struct td_scratch *s, const char
     s->qoff[s->nq] = (uint32_t)off;
     s->qlen[s->nq] = (uint32_t)n;
     s->qhash[s->nq] = h;
+    if (tok->match) { /* whether the word is one token is asked first: start that miss now */
+        uint64_t mh = 0;
+        for (size_t i = 0; i < n; i++)
+            mh = td__match_step(mh, (uint8_t)w[i]);
+        s->qmatch[s->nq] = mh = td__match_fin(mh);
+        __builtin_prefetch(&tok->match->pre[mh >> tok->match->pre_shift]);
+    }
     if (++s->nq == TD__BPE_BATCH)
         return td__bpe_flush(tok, s, out);
     return 0;

@@ -394,6 +394,8 @@ struct td_scratch {
     uint32_t qoff[TD__BPE_BATCH];     /* word k is qtext[qoff[k], qoff[k] + qlen[k]) */
     uint32_t qlen[TD__BPE_BATCH];
     uint64_t qhash[TD__BPE_BATCH]; /* td__hash of the word when it is short enough to cache */
+    uint64_t qmatch[TD__BPE_BATCH]; /* with tok->match: the word's hash in its prefix table (its
+                                       slot prefetched when queued) */
     size_t nq;
     td__scan_t qscan[TD__BPE_BATCH];
 };
