@@ -188,6 +188,7 @@ static struct td_scratch *scratch_new(void)
         return NULL;
     }
     pcre2_jit_stack_assign(s->mctx, NULL, s->jstack);
+    s->cache_single = true;
     td_buf_init(&s->text);
     td_buf_init(&s->norm);
     td_buf_init(&s->pfx);

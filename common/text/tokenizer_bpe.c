@@ -333,6 +333,20 @@ static const struct td__strmap_ent *vocab_slot(const td__strmap_t *m, uint64_t h
     }
 }
 
+/* Count a batch's word-cache lookups and hits toward s->cache_single (tokenizer_impl.h). */
+static void single_policy(struct td_scratch *s, size_t looks, size_t hits)
+{
+    s->win_looks += (uint32_t)looks;
+    s->win_hits += (uint32_t)hits;
+    if (s->win_looks < TD__CACHE_WINDOW)
+        return;
+    if (s->cache_single)
+        s->cache_single = 4 * s->win_hits >= s->win_looks;
+    else
+        s->cache_single = ++s->win_count % 8 == 0;
+    s->win_looks = s->win_hits = 0;
+}
+
 int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *out)
 {
     size_t nq = s->nq;
@@ -376,6 +390,7 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
         }
     }
     if (tok->match) { /* the words it does not settle are merged */
+        single_policy(s, nq, nq - nw);
         size_t left[TD__BPE_BATCH];
         nw = td__bpe_match(tok, s, which, nw, left);
         for (size_t i = 0; i < nw; i++) {
@@ -412,9 +427,7 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
         const td__scan_t *sc = &s->qscan[k];
         memcpy(out->ids + out->len, sc->id, sc->n * sizeof(int32_t));
         out->len += sc->n;
-        /* with the longest-match encoder a word that is one token costs a probe, as the
-         * cache does: only words of several tokens are kept, so the cache holds more of them */
-        if (!hit[k] && h[k] && (sc->n > 1 || !tok->match))
+        if (!hit[k] && h[k] && (sc->n > 1 || !tok->match || s->cache_single))
             cache_add(s, base + s->qoff[k], s->qlen[k], h[k], sc->id, sc->n);
     }
     td_buf_reset(&s->qtext);
@@ -433,13 +446,6 @@ static int bpe_queue(const td_tokenizer_t *tok, struct td_scratch *s, const char
     s->qoff[s->nq] = (uint32_t)off;
     s->qlen[s->nq] = (uint32_t)n;
     s->qhash[s->nq] = h;
-    if (tok->match) { /* whether the word is one token is asked first: start that miss now */
-        uint64_t mh = 0;
-        for (size_t i = 0; i < n; i++)
-            mh = td__match_step(mh, (uint8_t)w[i]);
-        s->qmatch[s->nq] = mh = td__match_fin(mh);
-        __builtin_prefetch(&tok->match->pre[mh >> tok->match->pre_shift]);
-    }
     if (++s->nq == TD__BPE_BATCH)
         return td__bpe_flush(tok, s, out);
     return 0;

@@ -406,9 +406,7 @@ size_t td__bpe_match(const td_tokenizer_t *tok, struct td_scratch *s, const size
             size_t i = act[a], k = which[i];
             const uint8_t *w = (const uint8_t *)base + s->qoff[k] + pos[i];
             size_t rest = s->qlen[k] - pos[i];
-            if (phase[i] == WHOLE && !pos[i]) {
-                hw[i] = s->qmatch[k]; /* prefetched when queued */
-            } else if (phase[i] == WHOLE) {
+            if (phase[i] == WHOLE) {
                 hw[i] = rest <= M->maxlen ? hash_of(w, rest) : 0;
                 __builtin_prefetch(&M->pre[hw[i] >> M->pre_shift]);
             } else {

@@ -323,6 +323,7 @@ enum {
     TD__CACHE_SLOTS = 1 << 14,          /* word cache slots (power of two) */
     TD__CACHE_TEXT = 512 << 10,         /* bytes of cached words */
     TD__CACHE_IDS = 128 << 10,          /* ids of cached words */
+    TD__CACHE_WINDOW = 4096,            /* lookups per window of the single-token policy */
     TD__MAX_STEPS = TD__MAX_PRETOK + 1, /* pre-tokenizer steps + the ByteLevel regex */
 };
 
@@ -388,14 +389,18 @@ struct td_scratch {
     size_t cache_text_len;
     int32_t *cache_ids; /* [TD__CACHE_IDS] */
     size_t cache_ids_len;
+    /* With tok->match a word of one token costs about what a cache hit does, so those words are
+     * cached only while the cache pays: over windows of TD__CACHE_WINDOW lookups, while at least
+     * a quarter hit (text that repeats its words); when fewer do (text of unusual words, which
+     * only flood it) they are left out, and let in again for a window every eighth one to see. */
+    uint32_t win_looks, win_hits, win_count;
+    bool cache_single;
     /* words waiting to be merged together (td__bpe_word queues, td__bpe_flush runs them), so the
      * cache misses of their merge-table probes overlap */
     td_buf_t qtext;                   /* their bytes */
     uint32_t qoff[TD__BPE_BATCH];     /* word k is qtext[qoff[k], qoff[k] + qlen[k]) */
     uint32_t qlen[TD__BPE_BATCH];
     uint64_t qhash[TD__BPE_BATCH]; /* td__hash of the word when it is short enough to cache */
-    uint64_t qmatch[TD__BPE_BATCH]; /* with tok->match: the word's hash in its prefix table (its
-                                       slot prefetched when queued) */
     size_t nq;
     td__scan_t qscan[TD__BPE_BATCH];
 };
