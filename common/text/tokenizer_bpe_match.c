@@ -135,8 +135,9 @@ static bool fill_records(const td_tokenizer_t *tok, td__bpematch_t *M, const uin
     return true;
 }
 
-/* Put every record's bytes into the prefix table; a token whose hash tag another token already
- * has in its probe run is left out (never proposed: words that need it are merged). */
+/* Put every record's bytes into the prefix table; a token whose hash tag and length another
+ * token of its probe run already has is left out (never proposed: words that need it are
+ * merged). */
 static bool fill_prefix(const td_tokenizer_t *tok, td__bpematch_t *M)
 {
     size_t n = 0;
@@ -171,7 +172,7 @@ static bool fill_prefix(const td_tokenizer_t *tok, td__bpematch_t *M)
             continue;
         size_t i = (size_t)(h >> M->pre_shift);
         for (; M->pre[i]; i = (i + 1) & M->pre_mask)
-            if (td__match_tag_is(M->pre[i], h))
+            if (td__match_tag_is(M->pre[i], h) && td__match_len(M->pre[i]) == k->len)
                 break;
         if (M->pre[i])
             continue;
@@ -301,12 +302,13 @@ static void pair_checks(const td__bpematch_t *M, const td__mergemap_t *m, checks
     }
 }
 
-/* The entry of the token whose bytes hash to h (finished), 0 none. */
-static inline uint64_t probe(const td__bpematch_t *M, uint64_t h)
+/* The entry of the token of len bytes whose hash is h (finished), 0 none. (A tag is a few bits:
+ * another token's entry can have it, and the bytes are compared at the end.) */
+static inline uint64_t probe(const td__bpematch_t *M, uint64_t h, size_t len)
 {
     for (size_t i = (size_t)(h >> M->pre_shift);; i = (i + 1) & M->pre_mask) {
         uint64_t e = M->pre[i];
-        if (!e || td__match_tag_is(e, h))
+        if (!e || (td__match_tag_is(e, h) && td__match_len(e) == len))
             return e;
     }
 }
@@ -359,7 +361,8 @@ static uint64_t cands_pick(const td__bpematch_t *M, const cands_t *c, const uint
 {
     size_t kept = TD_MIN(c->n, (size_t)CANDS);
     for (size_t k = 0; k < kept; k++) {
-        uint64_t e = probe(M, c->h[(c->n - 1 - k) % CANDS]);
+        size_t q = (c->n - 1 - k) % CANDS;
+        uint64_t e = probe(M, c->h[q], c->len[q]);
         if (e)
             return e;
     }
@@ -368,7 +371,7 @@ static uint64_t cands_pick(const td__bpematch_t *M, const cands_t *c, const uint
     /* more passed the filter than were kept, and the kept ones were false positives */
     for (size_t l = c->len[(c->n - CANDS) % CANDS] - 1; l > 0; l--) {
         uint64_t h = hash_of(w, l);
-        uint64_t e = td__match_maybe(M, h) ? probe(M, h) : 0;
+        uint64_t e = td__match_maybe(M, h) ? probe(M, h, l) : 0;
         if (e)
             return e;
     }
@@ -428,8 +431,8 @@ size_t td__bpe_match(const td_tokenizer_t *tok, struct td_scratch *s, const size
             size_t rest = s->qlen[k] - pos[i];
             uint64_t e;
             if (phase[i] == WHOLE) {
-                e = rest <= M->maxlen ? probe(M, hw[i]) : 0;
-                if (!e || td__match_len(e) != rest) {
+                e = rest <= M->maxlen ? probe(M, hw[i], rest) : 0;
+                if (!e) {
                     phase[i] = PREFIX;
                     act[j++] = i;
                     continue;
