@@ -188,6 +188,7 @@ static struct td_scratch *scratch_new(void)
         return NULL;
     }
     pcre2_jit_stack_assign(s->mctx, NULL, s->jstack);
+    s->cache_single = true;
     td_buf_init(&s->text);
     td_buf_init(&s->norm);
     td_buf_init(&s->pfx);
@@ -232,6 +233,15 @@ int td_tokenizer_encode(const td_tokenizer_t *ctok, const char *text, size_t len
         goto out;
     }
     for (size_t i = 0; i < len;) { /* validate; replace invalid sequences */
+        uint64_t w8;
+        if (i + 8 <= len && (memcpy(&w8, text + i, 8), !(w8 & 0x8080808080808080ull))) {
+            i += 8; /* eight ASCII bytes */
+            continue;
+        }
+        if ((uint8_t)text[i] < 0x80) {
+            i++;
+            continue;
+        }
         size_t l = td_utf8_valid_len((const uint8_t *)text + i, len - i);
         if (!l) {
             if ((rc = sanitize_utf8(text, len, &s->text)))

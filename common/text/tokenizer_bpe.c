@@ -10,25 +10,12 @@ enum {
     CACHE_MAX_WORD = 64, /* longer words are not cached (below TD__SCAN_MAX) */
 };
 
-/* The rank of `pair` (td__merge_pair) probing table t (td__merge_table) from slot i, UINT32_MAX
- * when it does not merge. */
-static inline uint32_t merge_at(const uint64_t *t, size_t mask, uint64_t pair, size_t i)
-{
-    for (;; i = (i + 1) & mask) {
-        uint64_t e = t[i];
-        if ((e & ~(uint64_t)(TD__MERGE_RANKS - 1)) == pair)
-            return (uint32_t)(e & (TD__MERGE_RANKS - 1));
-        if (e == UINT64_MAX)
-            return UINT32_MAX;
-    }
-}
-
 static inline uint32_t merge_rank(const td_tokenizer_t *tok, int32_t a, int32_t b)
 {
     uint64_t pair = td__merge_pair(a, b);
     size_t mask;
     const uint64_t *t = td__merge_table(&tok->merges, a, b, &mask);
-    return merge_at(t, mask, pair, td__merge_slot(pair, mask));
+    return td__merge_at(t, mask, pair, td__merge_slot(pair, mask));
 }
 
 static inline uint32_t pair_rank(const td_tokenizer_t *tok, const td__sym_t *sym, int32_t i)
@@ -66,8 +53,8 @@ static inline void probe_finish(const td__mergemap_t *m, td__scan_t *sc)
     for (uint32_t i = sc->lo; i <= sc->hi; i++) {
         uint32_t slot = sc->slot[i];
         uint64_t pair = td__merge_pair(sc->id[i], sc->id[i + 1]);
-        sc->rank[i] = slot & SLOT_HOT ? merge_at(m->hot, m->hot_mask, pair, slot & ~SLOT_HOT)
-                                      : merge_at(m->ents, m->mask, pair, slot);
+        sc->rank[i] = slot & SLOT_HOT ? td__merge_at(m->hot, m->hot_mask, pair, slot & ~SLOT_HOT)
+                                      : td__merge_at(m->ents, m->mask, pair, slot);
     }
     sc->lo = 1;
     sc->hi = 0;
@@ -346,6 +333,20 @@ static const struct td__strmap_ent *vocab_slot(const td__strmap_t *m, uint64_t h
     }
 }
 
+/* Count a batch's word-cache lookups and hits toward s->cache_single (tokenizer_impl.h). */
+static void single_policy(struct td_scratch *s, size_t looks, size_t hits)
+{
+    s->win_looks += (uint32_t)looks;
+    s->win_hits += (uint32_t)hits;
+    if (s->win_looks < TD__CACHE_WINDOW)
+        return;
+    if (s->cache_single)
+        s->cache_single = 4 * s->win_hits >= s->win_looks;
+    else
+        s->cache_single = ++s->win_count % 8 == 0;
+    s->win_looks = s->win_hits = 0;
+}
+
 int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *out)
 {
     size_t nq = s->nq;
@@ -378,16 +379,30 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
             s->qscan[k].n = e->nids;
             continue;
         }
+        if (tok->match) { /* longest match first, below */
+            which[nw++] = k;
+            continue;
+        }
         if (tok->bpe_self) {
             vn[k] = byte_level(tok, base + s->qoff[k], s->qlen[k], vm[k]);
             vh[k] = td__hash(vm[k], vn[k]);
             __builtin_prefetch(&tok->vocab.ents[vh[k] & tok->vocab.mask]);
         }
     }
+    if (tok->match) { /* the words it does not settle are merged */
+        single_policy(s, nq, nq - nw);
+        size_t left[TD__BPE_BATCH];
+        nw = td__bpe_match(tok, s, which, nw, left);
+        for (size_t i = 0; i < nw; i++) {
+            which[i] = left[i];
+            scan_fill(tok, &s->qscan[left[i]], base + s->qoff[left[i]], s->qlen[left[i]]);
+        }
+    }
     for (size_t k = 0; k < nq; k++)
-        if (!hit[k] && tok->bpe_self && (ve[k] = vocab_slot(&tok->vocab, vh[k], vn[k])))
+        if (!hit[k] && !tok->match && tok->bpe_self &&
+            (ve[k] = vocab_slot(&tok->vocab, vh[k], vn[k])))
             __builtin_prefetch(tok->arena + ve[k]->off);
-    for (size_t k = 0; k < nq; k++) {
+    for (size_t k = 0; k < nq && !tok->match; k++) {
         td__scan_t *sc = &s->qscan[k];
         if (hit[k])
             continue;
@@ -412,7 +427,7 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
         const td__scan_t *sc = &s->qscan[k];
         memcpy(out->ids + out->len, sc->id, sc->n * sizeof(int32_t));
         out->len += sc->n;
-        if (!hit[k] && h[k])
+        if (!hit[k] && h[k] && (sc->n > 1 || !tok->match || s->cache_single))
             cache_add(s, base + s->qoff[k], s->qlen[k], h[k], sc->id, sc->n);
     }
     td_buf_reset(&s->qtext);

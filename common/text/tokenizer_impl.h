@@ -78,6 +78,7 @@ typedef struct td__mergemap {
     int32_t *ids;   /* [n_ranks]: the id of merge rank r (tokenizer.json "merges"[r]) */
     size_t mask;    /* capacity - 1 */
     size_t n;
+    size_t n_ranks; /* merges in tokenizer.json (a later duplicate pair leaves its rank unused) */
     /* true when ids[r] == r + id_offset for every rank (vocabularies laid out in merge order,
      * as DeepSeek's, Qwen's and OpenAI's are): the id is then computed, not read */
     bool by_offset;
@@ -132,6 +133,133 @@ static inline const uint64_t *td__merge_table(const td__mergemap_t *m, int32_t l
     return m->ents;
 }
 
+/* Longest-match encoding (tokenizer_bpe_match.c). A word's BPE is the one split into tokens,
+ * each of which BPE gives whole from its own bytes, in which BPE of every two neighbours alone
+ * gives those two back (then no merge of the whole word ever crosses a boundary). So a word is
+ * split greedily by the longest such token at each position, and each neighbouring pair is
+ * checked against the merges that could cross it; a word that fails is merged as before. */
+
+/* Per id, for the check: the token's right and left edges as BPE built it. Its last merge joined
+ * L(t) and R(t); the right chain is R(t), R(R(t)), ... down to a byte, the left chain L(t),
+ * L(L(t)), ...; ids + 1 in 21-bit fields, the nearest in the low bits, 0 past the end. */
+typedef struct td__mtok {
+    uint64_t rch;  /* right chain, first 3 */
+    uint64_t lch;  /* left chain, first 3 */
+    uint64_t lch2; /* left chain, 4th to 6th */
+    uint32_t off;  /* the token's raw bytes in tok->arena (its decoded bytes) */
+    uint8_t len;   /* their length; 0: not a token the encoder proposes or checks */
+    uint8_t deep;  /* TD__MTOK_RDEEP / TD__MTOK_LDEEP: the chain goes on past what is here (it
+                      goes on in the record of its last element here) */
+    uint16_t pad;
+} td__mtok_t;
+
+enum {
+    TD__MTOK_FIELD = 21, /* bits per chain element */
+    TD__MTOK_RDEEP = 1,
+    TD__MTOK_LDEEP = 2,
+};
+
+typedef struct td__bpematch {
+    /* every proposable token's raw bytes by hash (td__match_step, td__match_fin): slot
+     * (hash >> shift), then linear probing; an entry (8 bytes: the table is as small as it can
+     * be, it is read at random) holds the hash's low TD__MATCH_TAG_BITS, where the token's raw
+     * bytes are in tok->arena, their length - 1 and the id + 1 (td__match_entry); 0 = empty */
+    uint64_t *pre;
+    size_t pre_mask;
+    unsigned pre_shift;
+    /* a Bloom filter over the same hashes (two bits in one word: td__match_maybe), about a byte a
+     * token, small enough to stay in the core's cache: most prefixes of a word are no token, and
+     * are dropped here instead of by a probe of the table, which would miss the cache */
+    uint64_t *bloom;
+    size_t bloom_mask; /* words - 1 */
+    td__mtok_t *tk; /* [ntk] by id */
+    size_t ntk;
+    uint32_t maxlen;    /* the longest proposable token, bytes */
+    int32_t id_offset;  /* merged ids are rank + id_offset (by_offset vocabularies only) */
+    uint32_t n_ranks;
+} td__bpematch_t;
+
+/* The running hash of a prefix: h = td__match_step(h, byte) from 0, then td__match_fin. */
+static inline uint64_t td__match_step(uint64_t h, uint8_t b)
+{
+    return (h + b + 1) * 0x9E3779B97F4A7C15ull;
+}
+
+static inline uint64_t td__match_fin(uint64_t h)
+{
+    return h ^ (h >> 29);
+}
+
+enum {
+    TD__MATCH_TAG_BITS = 14,
+    TD__MATCH_OFF_BITS = 22, /* arena offsets of proposable tokens: below 4 MiB */
+    TD__MATCH_LEN_BITS = 7,  /* lengths 1..128 */
+};
+
+static inline uint64_t td__match_entry(uint64_t h, uint32_t off, uint32_t len, int32_t id)
+{
+    return (h & ((1u << TD__MATCH_TAG_BITS) - 1)) << 50 | (uint64_t)off << 28 |
+           (uint64_t)(len - 1) << 21 | (uint64_t)(id + 1);
+}
+
+static inline bool td__match_tag_is(uint64_t e, uint64_t h)
+{
+    return e >> 50 == (h & ((1u << TD__MATCH_TAG_BITS) - 1));
+}
+
+static inline int32_t td__match_id(uint64_t e)
+{
+    return (int32_t)(e & ((1u << 21) - 1)) - 1;
+}
+
+static inline uint32_t td__match_len(uint64_t e)
+{
+    return (uint32_t)(e >> 21 & ((1u << TD__MATCH_LEN_BITS) - 1)) + 1;
+}
+
+static inline uint32_t td__match_off(uint64_t e)
+{
+    return (uint32_t)(e >> 28 & ((1u << TD__MATCH_OFF_BITS) - 1));
+}
+
+/* The Bloom filter's word and bits of a finished hash h. */
+static inline size_t td__match_bword(const td__bpematch_t *M, uint64_t h)
+{
+    return (size_t)(h >> 20) & M->bloom_mask;
+}
+
+static inline uint64_t td__match_bbits(uint64_t h)
+{
+    return 1ull << (h & 63) | 1ull << ((h >> 6) & 63);
+}
+
+/* Whether a token may have hash h (false: none has). */
+static inline bool td__match_maybe(const td__bpematch_t *M, uint64_t h)
+{
+    uint64_t b = td__match_bbits(h);
+    return (M->bloom[td__match_bword(M, h)] & b) == b;
+}
+
+/* The left and right ids of a merge table entry (td__merge_pair's layout). */
+static inline void td__merge_ids(uint64_t e, uint32_t *l, uint32_t *r)
+{
+    *l = (uint32_t)(e >> (TD__MERGE_ID_BITS + TD__MERGE_RANK_BITS));
+    *r = (uint32_t)(e >> TD__MERGE_RANK_BITS) & ((1u << TD__MERGE_ID_BITS) - 1);
+}
+
+/* The rank of `pair` (td__merge_pair) probing table t (td__merge_table) from slot i, UINT32_MAX
+ * when it does not merge. */
+static inline uint32_t td__merge_at(const uint64_t *t, size_t mask, uint64_t pair, size_t i)
+{
+    for (;; i = (i + 1) & mask) {
+        uint64_t e = t[i];
+        if ((e & ~(uint64_t)(TD__MERGE_RANKS - 1)) == pair)
+            return (uint32_t)(e & (TD__MERGE_RANKS - 1));
+        if (e == UINT64_MAX)
+            return UINT32_MAX;
+    }
+}
+
 /* Per id: what decode writes and where the token text is. */
 typedef struct td__idinfo {
     uint32_t tok_off,
@@ -156,6 +284,8 @@ struct td_tokenizer {
     td__mergemap_t merges;
     uint64_t *bpe_self; /* bitset over ids: BPE of the token's own bytes is that one token, so a
                            word that is such a token needs no merging; NULL with ignore_merges */
+    td__bpematch_t *match; /* longest-match encoding; NULL where it does not apply (ids not in
+                              merge order, ignore_merges, out of memory) */
     int32_t byte_id[256];   /* model id of the byte-level char of each byte, -1 none */
     char byte_char[256][3]; /* byte-level char of each byte, UTF-8 */
     uint8_t byte_char_len[256];
@@ -193,6 +323,7 @@ enum {
     TD__CACHE_SLOTS = 1 << 14,          /* word cache slots (power of two) */
     TD__CACHE_TEXT = 512 << 10,         /* bytes of cached words */
     TD__CACHE_IDS = 128 << 10,          /* ids of cached words */
+    TD__CACHE_WINDOW = 4096,            /* lookups per window of the single-token policy */
     TD__MAX_STEPS = TD__MAX_PRETOK + 1, /* pre-tokenizer steps + the ByteLevel regex */
 };
 
@@ -258,6 +389,12 @@ struct td_scratch {
     size_t cache_text_len;
     int32_t *cache_ids; /* [TD__CACHE_IDS] */
     size_t cache_ids_len;
+    /* With tok->match a word of one token costs about what a cache hit does, so those words are
+     * cached only while the cache pays: over windows of TD__CACHE_WINDOW lookups, while at least
+     * a quarter hit (text that repeats its words); when fewer do (text of unusual words, which
+     * only flood it) they are left out, and let in again for a window every eighth one to see. */
+    uint32_t win_looks, win_hits, win_count;
+    bool cache_single;
     /* words waiting to be merged together (td__bpe_word queues, td__bpe_flush runs them), so the
      * cache misses of their merge-table probes overlap */
     td_buf_t qtext;                   /* their bytes */
@@ -299,6 +436,15 @@ int td__bpe_word(const td_tokenizer_t *tok, struct td_scratch *s, const char *w,
                  td_tokens_t *out);
 /* Fill tok->bpe_self (after the model is loaded), unless tok->ignore_merges. 0 or TD_ENOMEM. */
 int td__bpe_self_init(td_tokenizer_t *tok);
+/* Build tok->match (after td__bpe_self_init), or leave it NULL where it does not apply: it is
+ * only faster, never required. */
+void td__bpe_match_init(td_tokenizer_t *tok);
+void td__bpe_match_free(td_tokenizer_t *tok);
+/* Encode by longest match the queued words s->qscan[which[0..nw)] (raw bytes qtext[qoff[k],
+ * +qlen[k])): a word it settles gets its ids in qscan[k].id[0..n); the others, in order, are
+ * written to left[] for merging. Returns how many are left. */
+size_t td__bpe_match(const td_tokenizer_t *tok, struct td_scratch *s, const size_t *which,
+                     size_t nw, size_t *left);
 /* Merge the words waiting in s and append their ids to out, in order. 0 or TD_ENOMEM. */
 int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *out);
 /* Stage 3: run pre-tokenizer steps `step`.. over [p, p+n), then BPE each word, appending ids to

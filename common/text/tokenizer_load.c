@@ -122,6 +122,7 @@ static int load_json(td_tokenizer_t *tok, json_object *root, json_object *cfg, c
                           L.file);
     if ((rc = td__parse_model(&L, td__tok_jget(root, "model"))) || (rc = td__bpe_self_init(tok)))
         return rc;
+    td__bpe_match_init(tok);
     if ((rc = td__parse_added(&L, td__tok_jget(root, "added_tokens"))))
         return rc;
     if ((rc = td__parse_post(&L, td__tok_jget(root, "post_processor"), "post_processor")))
@@ -262,6 +263,7 @@ void td_tokenizer_free(td_tokenizer_t *tok)
     free(tok->merges.ids);
     free(tok->merges.hot);
     free(tok->bpe_self);
+    td__bpe_match_free(tok);
     free(tok->ids);
     free(tok->arena);
     free(tok->name);

@@ -161,13 +161,6 @@ int td__byte_of_char(uint32_t cp)
 /* Copy the merges whose ids are both below the largest power of two that keeps them within
  * TD__MERGE_HOT_MAX into m->hot (none when even 2 would not, or the copy cannot be allocated:
  * every lookup then goes to the full table, which is only slower). */
-/* The left and right ids of a merge table entry (td__merge_pair's layout). */
-static inline void merge_ids(uint64_t e, uint32_t *l, uint32_t *r)
-{
-    *l = (uint32_t)(e >> (TD__MERGE_ID_BITS + TD__MERGE_RANK_BITS));
-    *r = (uint32_t)(e >> TD__MERGE_RANK_BITS) & ((1u << TD__MERGE_ID_BITS) - 1);
-}
-
 static void mergemap_hot(td__mergemap_t *m)
 {
     size_t below[TD__MERGE_ID_BITS + 1] = {0}; /* merges whose larger id needs k bits */
@@ -176,7 +169,7 @@ static void mergemap_hot(td__mergemap_t *m)
         if (e == UINT64_MAX)
             continue;
         uint32_t l, r;
-        merge_ids(e, &l, &r);
+        td__merge_ids(e, &l, &r);
         uint32_t big = TD_MAX(l, r);
         below[big ? 32 - __builtin_clz(big) : 0]++;
     }
@@ -203,7 +196,7 @@ static void mergemap_hot(td__mergemap_t *m)
         if (e == UINT64_MAX)
             continue;
         uint32_t l, r;
-        merge_ids(e, &l, &r);
+        td__merge_ids(e, &l, &r);
         if ((l | r) >= lim)
             continue;
         size_t j = td__merge_slot(e & ~(uint64_t)(TD__MERGE_RANKS - 1), m->hot_mask);
@@ -216,6 +209,7 @@ static void mergemap_hot(td__mergemap_t *m)
 
 void td__mergemap_done(td__mergemap_t *m, size_t nranks)
 {
+    m->n_ranks = nranks;
     m->by_offset = nranks > 0;
     m->id_offset = nranks ? m->ids[0] : 0;
     for (size_t r = 0; r < nranks && m->by_offset; r++)

