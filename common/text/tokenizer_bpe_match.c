@@ -19,8 +19,9 @@
  *
  * The split proposed is the longest proposable token at each position; a word where a pair then
  * fails (a tenth of unusual words) is merged by tokenizer_bpe.c instead, so nothing here decides
- * the output alone. Only vocabularies whose merged ids are rank + a fixed offset (DeepSeek, Qwen,
- * Llama 3, GPT-2 and OpenAI's) get this encoder; the rank of a merged token is then its id. */
+ * the output alone. Only vocabularies whose merged ids are rank + a fixed offset, one merge per
+ * token (DeepSeek, Qwen), get this encoder; the rank of a merged token is then its id. Llama 3's
+ * has several merges per token and keeps merging. */
 #include "td_error.h"
 #include "tokenizer_impl.h"
 
