@@ -45,11 +45,13 @@ bool td__cpu_fma(void)
  * takes at a time. Measured here (AMD EPYC, rows from memory, one thread's CPU time): one F32 row
  * at a time with a separate multiply and add streams at the read bandwidth (~21 GB/s), where one
  * FMA chain's longer latency holds it to ~18 and two or more F32 rows at once ran at 8-13 (the
- * hardware prefetcher follows one stream better than several); F16 streams two rows at once at
- * ~22 GB/s (one: 16), Q8_0 four rows at ~13 GB/s (one: 8), both with FMA and a software
- * prefetch of the next group of rows. With 128 tokens the FMA tiles reach ~64 GFLOP/s, the
- * separate multiply and add ~43, the kernels before this file ~37: F32 keeps the separate ones
- * for its decode's sake. */
+ * hardware prefetcher follows one stream better than several); F16 streams three rows at once
+ * at ~31 GB/s for 768-column rows and ~22 for 2304 (two rows: ~25 and ~22, held by their two
+ * FMA chains, 4 cycles per 8 columns each; four: 17-29, erratic), Q8_0 four rows at ~13 GB/s
+ * (one: 8), both with FMA and a software prefetch of the next group of rows (F16's
+ * non-temporal: in bench_engine ~3% faster than into all levels, more on a loaded machine). With
+ * 128 tokens the FMA tiles reach ~64 GFLOP/s, the separate multiply and add ~43, the kernels
+ * before this file ~37: F32 keeps the separate ones for its decode's sake. */
 bool td__cpu_fused(td_dtype_t t)
 {
     return t != TD_DTYPE_F32;
@@ -57,7 +59,7 @@ bool td__cpu_fused(td_dtype_t t)
 
 int td__cpu_decode_rows(td_dtype_t t)
 {
-    return t == TD_DTYPE_F16 ? 2 : t == TD_DTYPE_Q8_0 ? 4 : 1;
+    return t == TD_DTYPE_F16 ? 3 : t == TD_DTYPE_Q8_0 ? 4 : 1;
 }
 
 /* The lanes in the fixed tree, then the scalar tail w[i..n) . x[i..n) in order. */
@@ -141,12 +143,17 @@ KI float lanes(__m256 acc)
 /* Prefetch the part of the next group of rows [pf, ...) that matches iteration it, `step` bytes per
  * row per iteration: R rows read at R places at once are R streams, which the hardware prefetcher
  * follows worse (measured here: R = 4 rows from memory ran at half the speed of one) than this
- * one sequential stream a group ahead. */
-KI void prefetch_next(int R, int step, const char *pf, int64_t it)
+ * one sequential stream a group ahead (a prefetch per row, a fixed distance ahead of each, ran at
+ * a third of this one's speed). nta: PREFETCHNTA rather than PREFETCHT0. */
+KI void prefetch_next(int R, int step, const char *pf, int64_t it, bool nta)
 {
 #pragma GCC unroll 8
-    for (int p = 0; p < R * step; p += 64)
-        _mm_prefetch(pf + (size_t)it * R * step + p, _MM_HINT_T0);
+    for (int p = 0; p < R * step; p += 64) {
+        if (nta)
+            _mm_prefetch(pf + (size_t)it * R * step + p, _MM_HINT_NTA);
+        else
+            _mm_prefetch(pf + (size_t)it * R * step + p, _MM_HINT_T0);
+    }
 }
 
 /* One F32 row: the sum tile(false, 1, 1, ...) forms (a multiply then an add per 8 columns; n a
@@ -170,7 +177,7 @@ KI void f16_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_t
         acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
         __m256 xv = _mm256_loadu_ps(x + i);
-        prefetch_next(R, 16, pf, i / 8);
+        prefetch_next(R, 16, pf, i / 8, true);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
             acc[r] = MAC(F, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[r] + 2 * i))), xv,
@@ -189,7 +196,7 @@ KI void q8_0_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_
     for (int r = 0; r < R; r++)
         acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++, x += 32) {
-        prefetch_next(R, 34, pf, b);
+        prefetch_next(R, 34, pf, b, false);
         __m256 xv[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
