@@ -48,8 +48,8 @@ bool td__cpu_fma(void)
  * hardware prefetcher follows one stream better than several); F16 streams three rows at once
  * at ~31 GB/s for 768-column rows and ~22 for 2304 (two rows: ~25 and ~22, held by their two
  * FMA chains, 4 cycles per 8 columns each; four: 17-29, erratic), Q8_0 four rows at ~13 GB/s
- * (one: 8), both with FMA and a software prefetch of the next group of rows (F16's
- * non-temporal: in bench_engine ~3% faster than into all levels, more on a loaded machine). With
+ * (one: 8), both with FMA and a software prefetch of the next group of rows (F16's in two
+ * levels, see prefetch_next; in bench_engine 3-5% faster than into L1 alone). With
  * 128 tokens the FMA tiles reach ~64 GFLOP/s, the separate multiply and add ~43, the kernels
  * before this file ~37: F32 keeps the separate ones for its decode's sake. */
 bool td__cpu_fused(td_dtype_t t)
@@ -144,15 +144,21 @@ KI float lanes(__m256 acc)
  * row per iteration: R rows read at R places at once are R streams, which the hardware prefetcher
  * follows worse (measured here: R = 4 rows from memory ran at half the speed of one) than this
  * one sequential stream a group ahead (a prefetch per row, a fixed distance ahead of each, ran at
- * a third of this one's speed). nta: PREFETCHNTA rather than PREFETCHT0. */
-KI void prefetch_next(int R, int step, const char *pf, int64_t it, bool nta)
+ * a third of this one's speed). far 0: into every level (PREFETCHT0). far > 0: PREFETCHNTA a
+ * group ahead and PREFETCHT1 (into L2) `far` bytes further: with only the first, the lines of a
+ * group of long rows wait so long in L1 that 2304-column F16 rows streamed at 13-15 GB/s where
+ * both reach 20-22 (768-column rows: 21-31 either way; on a loaded machine the pair wins more). */
+KI void prefetch_next(int R, int step, const char *pf, int64_t it, size_t far)
 {
 #pragma GCC unroll 8
     for (int p = 0; p < R * step; p += 64) {
-        if (nta)
-            _mm_prefetch(pf + (size_t)it * R * step + p, _MM_HINT_NTA);
-        else
-            _mm_prefetch(pf + (size_t)it * R * step + p, _MM_HINT_T0);
+        const char *a = pf + (size_t)it * R * step + p;
+        if (far) {
+            _mm_prefetch(a, _MM_HINT_NTA);
+            _mm_prefetch(a + far, _MM_HINT_T1);
+        } else {
+            _mm_prefetch(a, _MM_HINT_T0);
+        }
     }
 }
 
@@ -177,7 +183,7 @@ KI void f16_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_t
         acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
         __m256 xv = _mm256_loadu_ps(x + i);
-        prefetch_next(R, 16, pf, i / 8, true);
+        prefetch_next(R, 16, pf, i / 8, (size_t)R * 2 * n); /* one group further */
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
             acc[r] = MAC(F, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[r] + 2 * i))), xv,
@@ -196,7 +202,7 @@ KI void q8_0_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_
     for (int r = 0; r < R; r++)
         acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++, x += 32) {
-        prefetch_next(R, 34, pf, b, false);
+        prefetch_next(R, 34, pf, b, 0);
         __m256 xv[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
