@@ -326,46 +326,53 @@ K static float dot_q6_k(const uint8_t *w, const float *x, int64_t n)
     return lanes(a);
 }
 
-bool td__cpu_dot_rows(const td_mat_t *W, int64_t r, int R, int64_t c0, int64_t n, const float *x,
-                      float *out)
+bool td__cpu_dot_rows(const td_mat_t *W, int64_t r0, int64_t r1, int64_t c0, int64_t n,
+                      const float *x, float *out, bool add)
 {
     typedef void (*fn)(const uint8_t *const *, const float *, int64_t, float *, const char *);
     static const fn f16[2][4] = {{f160_1, f160_2, f160_3, f160_4}, {f161_1, f161_2, f161_3, f161_4}},
                     q8[2][4] = {{q8_00_1, q8_00_2, q8_00_3, q8_00_4},
                                 {q8_01_1, q8_01_2, q8_01_3, q8_01_4}};
-    const bool F = td__cpu_fused(W->dtype);
-    if (n % 32 || n % td_dtype_block(W->dtype))
+    const td_dtype_t dt = W->dtype;
+    const bool F = td__cpu_fused(dt);
+    if (n % 32 || n % td_dtype_block(dt))
         return false;
-    size_t rb = td_dtype_row_bytes(W->dtype, W->cols), off = td_dtype_row_bytes(W->dtype, c0);
-    const uint8_t *rows[4];
-    TD_ASSERT(R >= 1 && R <= 4);
-    for (int i = 0; i < R; i++)
-        rows[i] = (const uint8_t *)W->data + (size_t)(r + i) * rb + off;
-    const char *next = (const char *)rows[0] + (size_t)R * rb; /* the next group's first row */
-    switch (W->dtype) {
-    case TD_DTYPE_F32: /* td__cpu_fused: never fused; td__cpu_decode_rows: one row at a time */
-        for (int i = 0; i < R; i++)
-            f32_row(rows[i], x, n, &out[i]);
-        return true;
-    case TD_DTYPE_F16:
-        f16[F][R - 1](rows, x, n, out, next);
-        return true;
-    case TD_DTYPE_Q8_0:
-        q8[F][R - 1](rows, x, n, out, next);
-        return true;
-    case TD_DTYPE_Q4_0:
-    case TD_DTYPE_Q4_K:
-    case TD_DTYPE_Q6_K:
-        if (!F)
-            return false;
-        for (int i = 0; i < R; i++)
-            out[i] = W->dtype == TD_DTYPE_Q4_0   ? dot_q4_0(rows[i], x, n)
-                     : W->dtype == TD_DTYPE_Q4_K ? dot_q4_k(rows[i], x, n)
-                                                 : dot_q6_k(rows[i], x, n);
-        return true;
-    default:
+    if (dt != TD_DTYPE_F32 && dt != TD_DTYPE_F16 && dt != TD_DTYPE_Q8_0 &&
+        !(F && (dt == TD_DTYPE_Q4_0 || dt == TD_DTYPE_Q4_K || dt == TD_DTYPE_Q6_K)))
         return false;
+    const size_t rb = td_dtype_row_bytes(dt, W->cols);
+    const uint8_t *base = (const uint8_t *)W->data + td_dtype_row_bytes(dt, c0);
+    const int step = td__cpu_decode_rows(dt);
+    for (int64_t r = r0; r < r1; r += step) {
+        const int R = (int)TD_MIN(step, r1 - r);
+        const uint8_t *rows[4];
+        float o[4];
+        for (int i = 0; i < R; i++)
+            rows[i] = base + (size_t)(r + i) * rb;
+        const char *next = (const char *)rows[0] + (size_t)R * rb; /* the next group's first row */
+        switch (dt) {
+        case TD_DTYPE_F32: /* td__cpu_fused: never fused; td__cpu_decode_rows: one row at a time */
+            for (int i = 0; i < R; i++)
+                f32_row(rows[i], x, n, &o[i]);
+            break;
+        case TD_DTYPE_F16:
+            f16[F][R - 1](rows, x, n, o, next);
+            break;
+        case TD_DTYPE_Q8_0:
+            q8[F][R - 1](rows, x, n, o, next);
+            break;
+        default: /* Q4_0, Q4_K, Q6_K (fused) */
+            for (int i = 0; i < R; i++)
+                o[i] = dt == TD_DTYPE_Q4_0   ? dot_q4_0(rows[i], x, n)
+                       : dt == TD_DTYPE_Q4_K ? dot_q4_k(rows[i], x, n)
+                                             : dot_q6_k(rows[i], x, n);
+            break;
+        }
+        float *dst = out + (r - r0);
+        for (int i = 0; i < R; i++)
+            dst[i] = add ? dst[i] + o[i] : o[i];
     }
+    return true;
 }
 
 #else /* no x86-64-v3 kernels in this build */
