@@ -145,9 +145,10 @@ KI float lanes(__m256 acc)
  * follows worse (measured here: R = 4 rows from memory ran at half the speed of one) than this
  * one sequential stream a group ahead (a prefetch per row, a fixed distance ahead of each, ran at
  * a third of this one's speed). far 0: into every level (PREFETCHT0). far > 0: PREFETCHNTA a
- * group ahead and PREFETCHT1 (into L2) `far` bytes further: with only the first, the lines of a
- * group of long rows wait so long in L1 that 2304-column F16 rows streamed at 13-15 GB/s where
- * both reach 20-22 (768-column rows: 21-31 either way; on a loaded machine the pair wins more). */
+ * group ahead and PREFETCHT1 (into L2) `far` bytes further. Measured here (F16, three rows, one
+ * thread, best of 30-40 passes over 160 MiB): with only the first, 2304-column rows streamed at
+ * 12-15 GB/s on a loaded machine where the pair reaches 17-22; 768-column rows 31-32 quiet with
+ * the first alone, 14-27 under load against the pair's 18-23. */
 KI void prefetch_next(int R, int step, const char *pf, int64_t it, size_t far)
 {
 #pragma GCC unroll 8
