@@ -154,29 +154,27 @@ static inline void put(const mm_job_t *j, int64_t t, int64_t r, int64_t c0, floa
 
 #ifdef TD_CPU_FMA_KERNELS
 /* Rows [r0, r1) of the product with cpu_fma.c's kernels: three rows against four tokens at a time
- * (one token at a time for the rest); for a single token, td__cpu_decode_rows rows at a time,
- * summed straight from the stored blocks where a kernel exists. Long rows go in column chunks of a
- * quarter of the scratch buffer (one quarter per row of a tile). */
+ * (one token at a time for the rest); for a single token, the whole range in one call summed
+ * straight from the stored blocks where a kernel exists (td__cpu_dot_rows). Long rows go in column
+ * chunks of a quarter of the scratch buffer (one quarter per row of a tile); each output takes
+ * its chunks' sums in column order either way. */
 static void mm_rows_fma(const mm_job_t *j, int64_t r0, int64_t r1, float *buf)
 {
     const td_mat_t *W = j->W;
     const int64_t ld = j->x_ld, chunk = SCRATCH_FLOATS / 4;
-    const int step = j->T == 1 ? td__cpu_decode_rows(W->dtype) : 3;
     const bool fused = td__cpu_fused(W->dtype);
-    for (int64_t r = r0; r < r1; r += step) {
-        int R = (int)TD_MIN(step, r1 - r);
-        for (int64_t c0 = 0; c0 < W->cols; c0 += chunk) {
-            int64_t n = TD_MIN(chunk, W->cols - c0), t = 0;
-            float o[4][4], o1[4];
-            if (j->T == 1 && td__cpu_dot_rows(W, r, R, c0, n, j->x + c0, o1)) {
-                for (int i = 0; i < R; i++)
-                    put(j, 0, r + i, c0, o1[i]);
-                continue;
-            }
+    for (int64_t c0 = 0; c0 < W->cols; c0 += chunk) {
+        const int64_t n = TD_MIN(chunk, W->cols - c0);
+        if (j->T == 1 && td__cpu_dot_rows(W, r0, r1, c0, n, j->x + c0, j->out + r0, c0 > 0))
+            continue;
+        for (int64_t r = r0; r < r1; r += 3) {
+            int R = (int)TD_MIN(3, r1 - r);
+            int64_t t = 0;
+            float o[4][4];
             const float *w[4];
             for (int i = 0; i < R; i++)
                 w[i] = td__cpu_row_chunk(W, r + i, c0, n, buf + i * chunk);
-            for (; t + 4 <= j->T && R <= 3; t += 4) {
+            for (; t + 4 <= j->T; t += 4) {
                 td__cpu_tile(fused, R, 4, w, j->x + (size_t)t * ld + c0, ld, n, o);
                 for (int i = 0; i < R; i++)
                     for (int k = 0; k < 4; k++)

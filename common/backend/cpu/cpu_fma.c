@@ -45,11 +45,13 @@ bool td__cpu_fma(void)
  * takes at a time. Measured here (AMD EPYC, rows from memory, one thread's CPU time): one F32 row
  * at a time with a separate multiply and add streams at the read bandwidth (~21 GB/s), where one
  * FMA chain's longer latency holds it to ~18 and two or more F32 rows at once ran at 8-13 (the
- * hardware prefetcher follows one stream better than several); F16 streams two rows at once at
- * ~22 GB/s (one: 16), Q8_0 four rows at ~13 GB/s (one: 8), both with FMA and a software
- * prefetch of the next group of rows. With 128 tokens the FMA tiles reach ~64 GFLOP/s, the
- * separate multiply and add ~43, the kernels before this file ~37: F32 keeps the separate ones
- * for its decode's sake. */
+ * hardware prefetcher follows one stream better than several); F16 streams three rows at once
+ * at ~31 GB/s for 768-column rows and ~22 for 2304 (two rows: ~25 and ~22, held by their two
+ * FMA chains, 4 cycles per 8 columns each; four: 17-29, erratic), Q8_0 four rows at ~13 GB/s
+ * (one: 8), both with FMA and a software prefetch of the next group of rows (F16's in two
+ * levels, see prefetch_next; in bench_engine 3-5% faster than into L1 alone). With
+ * 128 tokens the FMA tiles reach ~64 GFLOP/s, the separate multiply and add ~43, the kernels
+ * before this file ~37: F32 keeps the separate ones for its decode's sake. */
 bool td__cpu_fused(td_dtype_t t)
 {
     return t != TD_DTYPE_F32;
@@ -57,7 +59,7 @@ bool td__cpu_fused(td_dtype_t t)
 
 int td__cpu_decode_rows(td_dtype_t t)
 {
-    return t == TD_DTYPE_F16 ? 2 : t == TD_DTYPE_Q8_0 ? 4 : 1;
+    return t == TD_DTYPE_F16 ? 3 : t == TD_DTYPE_Q8_0 ? 4 : 1;
 }
 
 /* The lanes in the fixed tree, then the scalar tail w[i..n) . x[i..n) in order. */
@@ -141,12 +143,24 @@ KI float lanes(__m256 acc)
 /* Prefetch the part of the next group of rows [pf, ...) that matches iteration it, `step` bytes per
  * row per iteration: R rows read at R places at once are R streams, which the hardware prefetcher
  * follows worse (measured here: R = 4 rows from memory ran at half the speed of one) than this
- * one sequential stream a group ahead. */
-KI void prefetch_next(int R, int step, const char *pf, int64_t it)
+ * one sequential stream a group ahead (a prefetch per row, a fixed distance ahead of each, ran at
+ * a third of this one's speed). far 0: into every level (PREFETCHT0). far > 0: PREFETCHNTA a
+ * group ahead and PREFETCHT1 (into L2) `far` bytes further. Measured here (F16, three rows, one
+ * thread, best of 30-40 passes over 160 MiB): with only the first, 2304-column rows streamed at
+ * 12-15 GB/s on a loaded machine where the pair reaches 17-22; 768-column rows 31-32 quiet with
+ * the first alone, 14-27 under load against the pair's 18-23. */
+KI void prefetch_next(int R, int step, const char *pf, int64_t it, size_t far)
 {
 #pragma GCC unroll 8
-    for (int p = 0; p < R * step; p += 64)
-        _mm_prefetch(pf + (size_t)it * R * step + p, _MM_HINT_T0);
+    for (int p = 0; p < R * step; p += 64) {
+        const char *a = pf + (size_t)it * R * step + p;
+        if (far) {
+            _mm_prefetch(a, _MM_HINT_NTA);
+            _mm_prefetch(a + far, _MM_HINT_T1);
+        } else {
+            _mm_prefetch(a, _MM_HINT_T0);
+        }
+    }
 }
 
 /* One F32 row: the sum tile(false, 1, 1, ...) forms (a multiply then an add per 8 columns; n a
@@ -170,7 +184,7 @@ KI void f16_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_t
         acc[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; i += 8) {
         __m256 xv = _mm256_loadu_ps(x + i);
-        prefetch_next(R, 16, pf, i / 8);
+        prefetch_next(R, 16, pf, i / 8, (size_t)R * 2 * n); /* one group further */
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
             acc[r] = MAC(F, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[r] + 2 * i))), xv,
@@ -189,7 +203,7 @@ KI void q8_0_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_
     for (int r = 0; r < R; r++)
         acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / 32; b++, x += 32) {
-        prefetch_next(R, 34, pf, b);
+        prefetch_next(R, 34, pf, b, 0);
         __m256 xv[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++)
@@ -313,46 +327,53 @@ K static float dot_q6_k(const uint8_t *w, const float *x, int64_t n)
     return lanes(a);
 }
 
-bool td__cpu_dot_rows(const td_mat_t *W, int64_t r, int R, int64_t c0, int64_t n, const float *x,
-                      float *out)
+bool td__cpu_dot_rows(const td_mat_t *W, int64_t r0, int64_t r1, int64_t c0, int64_t n,
+                      const float *x, float *out, bool add)
 {
     typedef void (*fn)(const uint8_t *const *, const float *, int64_t, float *, const char *);
     static const fn f16[2][4] = {{f160_1, f160_2, f160_3, f160_4}, {f161_1, f161_2, f161_3, f161_4}},
                     q8[2][4] = {{q8_00_1, q8_00_2, q8_00_3, q8_00_4},
                                 {q8_01_1, q8_01_2, q8_01_3, q8_01_4}};
-    const bool F = td__cpu_fused(W->dtype);
-    if (n % 32 || n % td_dtype_block(W->dtype))
+    const td_dtype_t dt = W->dtype;
+    const bool F = td__cpu_fused(dt);
+    if (n % 32 || n % td_dtype_block(dt))
         return false;
-    size_t rb = td_dtype_row_bytes(W->dtype, W->cols), off = td_dtype_row_bytes(W->dtype, c0);
-    const uint8_t *rows[4];
-    TD_ASSERT(R >= 1 && R <= 4);
-    for (int i = 0; i < R; i++)
-        rows[i] = (const uint8_t *)W->data + (size_t)(r + i) * rb + off;
-    const char *next = (const char *)rows[0] + (size_t)R * rb; /* the next group's first row */
-    switch (W->dtype) {
-    case TD_DTYPE_F32: /* td__cpu_fused: never fused; td__cpu_decode_rows: one row at a time */
-        for (int i = 0; i < R; i++)
-            f32_row(rows[i], x, n, &out[i]);
-        return true;
-    case TD_DTYPE_F16:
-        f16[F][R - 1](rows, x, n, out, next);
-        return true;
-    case TD_DTYPE_Q8_0:
-        q8[F][R - 1](rows, x, n, out, next);
-        return true;
-    case TD_DTYPE_Q4_0:
-    case TD_DTYPE_Q4_K:
-    case TD_DTYPE_Q6_K:
-        if (!F)
-            return false;
-        for (int i = 0; i < R; i++)
-            out[i] = W->dtype == TD_DTYPE_Q4_0   ? dot_q4_0(rows[i], x, n)
-                     : W->dtype == TD_DTYPE_Q4_K ? dot_q4_k(rows[i], x, n)
-                                                 : dot_q6_k(rows[i], x, n);
-        return true;
-    default:
+    if (dt != TD_DTYPE_F32 && dt != TD_DTYPE_F16 && dt != TD_DTYPE_Q8_0 &&
+        !(F && (dt == TD_DTYPE_Q4_0 || dt == TD_DTYPE_Q4_K || dt == TD_DTYPE_Q6_K)))
         return false;
+    const size_t rb = td_dtype_row_bytes(dt, W->cols);
+    const uint8_t *base = (const uint8_t *)W->data + td_dtype_row_bytes(dt, c0);
+    const int step = td__cpu_decode_rows(dt);
+    for (int64_t r = r0; r < r1; r += step) {
+        const int R = (int)TD_MIN(step, r1 - r);
+        const uint8_t *rows[4];
+        float o[4];
+        for (int i = 0; i < R; i++)
+            rows[i] = base + (size_t)(r + i) * rb;
+        const char *next = (const char *)rows[0] + (size_t)R * rb; /* the next group's first row */
+        switch (dt) {
+        case TD_DTYPE_F32: /* td__cpu_fused: never fused; td__cpu_decode_rows: one row at a time */
+            for (int i = 0; i < R; i++)
+                f32_row(rows[i], x, n, &o[i]);
+            break;
+        case TD_DTYPE_F16:
+            f16[F][R - 1](rows, x, n, o, next);
+            break;
+        case TD_DTYPE_Q8_0:
+            q8[F][R - 1](rows, x, n, o, next);
+            break;
+        default: /* Q4_0, Q4_K, Q6_K (fused) */
+            for (int i = 0; i < R; i++)
+                o[i] = dt == TD_DTYPE_Q4_0   ? dot_q4_0(rows[i], x, n)
+                       : dt == TD_DTYPE_Q4_K ? dot_q4_k(rows[i], x, n)
+                                             : dot_q6_k(rows[i], x, n);
+            break;
+        }
+        float *dst = out + (r - r0);
+        for (int i = 0; i < R; i++)
+            dst[i] = add ? dst[i] + o[i] : o[i];
     }
+    return true;
 }
 
 #else /* no x86-64-v3 kernels in this build */

@@ -80,11 +80,12 @@ int td__cpu_decode_rows(td_dtype_t t);
 void td__cpu_tile(bool fused, int R, int TN, const float *const *w, const float *x, int64_t ld, int64_t n,
                   float out[4][4]);
 
-/* out[i] = columns [c0, c0 + n) of row r + i of W (i < R <= 4) . x[n], summed straight from the
- * stored F32 values or F16, Q8_0, Q4_0, Q4_K or Q6_K blocks, bitwise what td__cpu_tile gives over
- * the values td__cpu_row_chunk stores. False (nothing done) for other types or a partial block. */
-bool td__cpu_dot_rows(const td_mat_t *W, int64_t r, int R, int64_t c0, int64_t n, const float *x,
-                      float *out);
+/* out[i] (i < r1 - r0) = columns [c0, c0 + n) of row r0 + i of W . x[n], or out[i] plus it with
+ * add, td__cpu_decode_rows rows at a time, summed straight from the stored F32 values or F16,
+ * Q8_0, Q4_0, Q4_K or Q6_K blocks, bitwise what td__cpu_tile gives over the values
+ * td__cpu_row_chunk stores. False (nothing done) for other types or a partial block. */
+bool td__cpu_dot_rows(const td_mat_t *W, int64_t r0, int64_t r1, int64_t c0, int64_t n,
+                      const float *x, float *out, bool add);
 
 /* cpu_q8.c: Q8_0 / Q4_0 weights against activations quantised to 8 bits (llama.cpp's Q8_0). */
 /* Whether weights of type t take 8-bit activations (Q8_0, Q4_0). */

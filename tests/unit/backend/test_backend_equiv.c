@@ -474,6 +474,44 @@ START_TEST(test_tok_tables)
 }
 END_TEST
 
+/* The CPU backend itself: a token's products alone (one token's kernels, straight from the stored
+ * blocks, several rows at a time) bitwise equal the same token's in a batch of five (the tiles),
+ * at one and two threads, with rows long enough to go in two column chunks, for every weight
+ * type the one-token kernels read and both activation modes (Q8_0 against fp32 activations takes
+ * q8_0_rows). Seven rows: the groups of three and four leave a remainder on either thread. */
+START_TEST(test_cpu_token_invariant)
+{
+    const td_dtype_t dts[] = {TD_DTYPE_F32, TD_DTYPE_BF16, TD_DTYPE_F16, TD_DTYPE_Q8_0};
+    const int64_t rows = 7, cols = 16384 + 512, T = 5;
+    const int x_ld = (int)cols + 3, out_ld = (int)rows + 2;
+    float *x = rand_vec((size_t)T * x_ld, 1), *batch = calloc((size_t)T * out_ld, sizeof(float)),
+          *one = calloc((size_t)out_ld, sizeof(float));
+    for (int threads = 1; threads <= 2; threads++) {
+        for (int f32_act = 0; f32_act <= 1; f32_act++) {
+            td_cpu_opts_t o = {.n_threads = threads, .f32_activations = f32_act};
+            td_backend_t *b = td_cpu_backend_create_opts(&o);
+            ck_assert_ptr_nonnull(b);
+            for (size_t k = 0; k < TD_ARRAY_LEN(dts); k++) {
+                td_mat_t W = rand_mat(dts[k], rows, cols);
+                b->matmul(b, batch, out_ld, x, x_ld, (int)T, &W);
+                for (int64_t t = 0; t < T; t++) {
+                    b->matmul(b, one, out_ld, x + t * x_ld, x_ld, 1, &W);
+                    for (int64_t r = 0; r < rows; r++)
+                        ck_assert_msg(memcmp(&one[r], &batch[t * out_ld + r], 4) == 0,
+                                      "%s threads %d f32_act %d token %lld row %lld: %a, in the "
+                                      "batch %a",
+                                      td_dtype_name(W.dtype), threads, f32_act, (long long)t,
+                                      (long long)r, one[r], batch[t * out_ld + r]);
+                }
+                free((void *)W.data);
+            }
+            b->destroy(b);
+        }
+    }
+    free(x), free(batch), free(one);
+}
+END_TEST
+
 /* The nearest BF16 by search over the two candidates, ties to even: independent of the shifts
  * td_bf16_round uses. */
 static uint16_t bf16_nearest(float f)
@@ -810,6 +848,7 @@ int main(void)
     tcase_add_loop_test(ops, test_memory, 0, N_MODES);
     tcase_add_test(ops, test_tok_tables);
     tcase_add_test(ops, test_bf16_round);
+    tcase_add_test(ops, test_cpu_token_invariant);
     tcase_add_loop_test(eng, test_engine_tiny_models, 0, N_MODES);
     tcase_add_loop_test(eng, test_golden, 0, N_MODES);
     tcase_set_timeout(eng, 600);
