@@ -174,8 +174,14 @@ td_worker_t *td__reqs_choose(td_router_t *rt, int role, td_seq_t *s, const td_wo
 {
     bool kv = rt->placer.policy == TD_PLACE_KV_AWARE;
     size_t n = 0;
-    td_worker_t **cand = td_calloc(rt->n_workers ? rt->n_workers : 1, sizeof(*cand));
-    td_place_load_t *loads = td_calloc(rt->n_workers ? rt->n_workers : 1, sizeof(*loads));
+    /* a cluster of up to CHOOSE_STACK workers chooses without allocating (once or twice per
+     * request) */
+    enum { CHOOSE_STACK = 16 };
+    td_worker_t *cand_s[CHOOSE_STACK];
+    td_place_load_t loads_s[CHOOSE_STACK];
+    bool heap = rt->n_workers > CHOOSE_STACK;
+    td_worker_t **cand = heap ? td_calloc(rt->n_workers, sizeof(*cand)) : cand_s;
+    td_place_load_t *loads = heap ? td_calloc(rt->n_workers, sizeof(*loads)) : loads_s;
     td_worker_t *out = NULL;
     uint64_t *memo = kv ? fetch_memo(rt) : NULL;
     if (!cand || !loads)
@@ -215,8 +221,10 @@ td_worker_t *td__reqs_choose(td_router_t *rt, int role, td_seq_t *s, const td_wo
     }
 out:
     free(memo);
-    free(cand);
-    free(loads);
+    if (heap) {
+        free(cand);
+        free(loads);
+    }
     return out;
 }
 

@@ -6,7 +6,22 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
+#include <stdalign.h>
+#include <stdlib.h>
 #include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define ARENA_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define ARENA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define ARENA_POISON(p, n) ((void)(p), (void)(n))
+#define ARENA_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+#define ARENA_ALIGN alignof(max_align_t)
+#define ARENA_FIRST 4096u         /* bytes of the first block */
+#define ARENA_KEEP_MAX (64u << 10) /* the block grows no larger: bigger frames malloc their parts */
 
 int td_frame_encode(const ProtobufCMessage *msg, td_buf_t *out)
 {
@@ -83,6 +98,93 @@ int td_frame_reader_next(td_frame_reader_t *r, const uint8_t **payload, size_t *
     *len = n;
     r->off += TD_FRAME_HEADER + n;
     return 1;
+}
+
+typedef union arena_big {
+    union arena_big *next;
+    max_align_t align; /* the bytes after the header keep malloc's alignment */
+} arena_big_t;
+
+static void *arena_alloc(void *ud, size_t n)
+{
+    td_frame_arena_t *a = ud;
+    size_t sz = (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    if (!sz)
+        sz = ARENA_ALIGN; /* never the block's own address when it has none */
+    if (sz < n)
+        return NULL;
+    a->need += sz;
+    if (sz <= a->cap - a->used) {
+        void *p = a->block + a->used;
+        a->used += sz;
+        ARENA_UNPOISON(p, n);
+        return p;
+    }
+    if (sz > SIZE_MAX - sizeof(arena_big_t))
+        return NULL;
+    arena_big_t *b = malloc(sizeof(*b) + sz);
+    if (!b)
+        return NULL;
+    b->next = a->big;
+    a->big = b;
+    return b + 1;
+}
+
+static void arena_nofree(void *ud, void *p)
+{
+    (void)ud;
+    (void)p;
+}
+
+void td_frame_arena_init(td_frame_arena_t *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->pa.alloc = arena_alloc;
+    a->pa.free = arena_nofree;
+    a->pa.allocator_data = a;
+}
+
+ProtobufCAllocator *td_frame_arena_allocator(td_frame_arena_t *a)
+{
+    return &a->pa;
+}
+
+void td_frame_arena_reset(td_frame_arena_t *a)
+{
+    bool spilled = a->big != NULL;
+    for (arena_big_t *b = a->big, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    a->big = NULL;
+    size_t want = a->need > ARENA_KEEP_MAX ? ARENA_KEEP_MAX : a->need;
+    if ((spilled || !a->block) && want > a->cap) {
+        size_t cap = a->cap ? a->cap : ARENA_FIRST;
+        while (cap < want)
+            cap *= 2;
+        uint8_t *nb = malloc(cap);
+        if (nb) { /* without it the old block stays and parts keep spilling */
+            if (a->block)
+                ARENA_UNPOISON(a->block, a->cap);
+            free(a->block);
+            a->block = nb;
+            a->cap = cap;
+        }
+    }
+    if (a->block)
+        ARENA_POISON(a->block, a->cap);
+    a->used = 0;
+    a->need = 0;
+}
+
+void td_frame_arena_free(td_frame_arena_t *a)
+{
+    td_frame_arena_reset(a);
+    if (a->block)
+        ARENA_UNPOISON(a->block, a->cap);
+    free(a->block);
+    a->block = NULL;
+    a->cap = 0;
 }
 
 int td_auth_mac(const void *key, size_t key_len, const void *const *parts, const size_t *lens,

@@ -52,6 +52,7 @@ struct td_rpc_conn {
     int open_handles;            /* handles still to be closed before the conn is freed */
     int close_status;
     td_frame_reader_t reader;
+    td_frame_arena_t arena;      /* the received frame being handled */
     uint8_t nonce[NONCE_LEN];        /* server's challenge */
     uint8_t client_nonce[NONCE_LEN]; /* client's nonce */
     char peer_id[128];
@@ -180,6 +181,7 @@ static void on_conn_handle_closed(uv_handle_t *h)
             c->next->prev = c->prev;
     }
     td_frame_reader_free(&c->reader);
+    td_frame_arena_free(&c->arena);
     td_buf_free(&c->out);
     free(c->rbuf);
     free(c);
@@ -516,8 +518,9 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     const uint8_t *p;
     size_t len;
     while (c->state != ST_CLOSING && (rc = td_frame_reader_next(&c->reader, &p, &len)) == 1) {
-        Tandem__Frame *f = tandem__frame__unpack(NULL, len, p);
+        Tandem__Frame *f = tandem__frame__unpack(td_frame_arena_allocator(&c->arena), len, p);
         if (!f) {
+            td_frame_arena_reset(&c->arena);
             conn_fail(c, TD_EPROTO, "malformed frame (%zu bytes)", len);
             return;
         }
@@ -529,7 +532,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         } else {
             client_handshake(c, f);
         }
-        tandem__frame__free_unpacked(f, NULL);
+        td_frame_arena_reset(&c->arena); /* the callbacks copy what they keep */
     }
     if (rc < 0)
         conn_fail(c, rc, "%s", td_err_msg());
@@ -555,6 +558,7 @@ static td_rpc_conn_t *conn_new(uv_loop_t *loop, const rpc_cfg_t *cfg, bool is_un
     c->cfg = cfg;
     c->state = ST_HANDSHAKE;
     td_frame_reader_init(&c->reader, cfg->opts.max_frame);
+    td_frame_arena_init(&c->arena);
     if (is_unix)
         uv_pipe_init(loop, &c->h.pipe, 0);
     else

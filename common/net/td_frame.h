@@ -43,6 +43,27 @@ int td_frame_reader_feed(td_frame_reader_t *r, const void *data, size_t len);
  * until the next feed or next call), 0 when more bytes are needed. */
 int td_frame_reader_next(td_frame_reader_t *r, const uint8_t **payload, size_t *len);
 
+/* Bump allocator for unpacking received frames: every part of a message unpacked through
+ * td_frame_arena_allocator comes out of one block, and td_frame_arena_reset drops them all at once
+ * (no malloc or free per field, no protobuf_c_message_free_unpacked walk). A part that does not
+ * fit gets its own malloc, freed at the reset; the block then grows to what that frame needed (up
+ * to a cap), so steady traffic stays in the block. A message unpacked here is valid until the next
+ * reset: copy what must outlive it. */
+typedef struct td_frame_arena {
+    ProtobufCAllocator pa;
+    uint8_t *block;
+    size_t cap, used;
+    void *big;   /* allocations that did not fit the block: a list freed at the reset */
+    size_t need; /* bytes asked for since the last reset */
+} td_frame_arena_t;
+
+void td_frame_arena_init(td_frame_arena_t *a);
+void td_frame_arena_free(td_frame_arena_t *a);
+/* The allocator to pass to a protobuf-c unpack; its free does nothing. */
+ProtobufCAllocator *td_frame_arena_allocator(td_frame_arena_t *a);
+/* Drop everything allocated since the last reset. */
+void td_frame_arena_reset(td_frame_arena_t *a);
+
 /* HMAC-SHA256(key, parts[0] || parts[1] || ...) into out[32]. 0 or TD_EINTERNAL. */
 int td_auth_mac(const void *key, size_t key_len, const void *const *parts, const size_t *lens,
                 size_t n_parts, uint8_t out[32]);

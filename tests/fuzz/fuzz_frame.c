@@ -1,8 +1,13 @@
 /* fuzz_frame.c: the control-plane frame reader and protobuf unpacking. Input: a byte stream cut
- * into chunks of sizes taken from its first byte; every frame found is unpacked and freed. */
+ * into chunks of sizes taken from its first byte; every frame found is unpacked through the
+ * connection's arena (td_frame_arena_t, as rpc.c does) and through malloc, and both must agree:
+ * both fail, or both repack to the same bytes. */
 #include "control.pb-c.h"
 #include "fuzz.h"
 #include "td_frame.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -12,6 +17,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     data++, size--;
     td_frame_reader_t r;
     td_frame_reader_init(&r, 4096);
+    td_frame_arena_t a;
+    td_frame_arena_init(&a);
     for (size_t off = 0; off < size; off += chunk) {
         size_t n = size - off < chunk ? size - off : chunk;
         if (td_frame_reader_feed(&r, data + off, n) != 0)
@@ -21,13 +28,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int rc;
         while ((rc = td_frame_reader_next(&r, &p, &len)) == 1) {
             Tandem__Frame *f = tandem__frame__unpack(NULL, len, p);
-            if (f)
+            Tandem__Frame *g = tandem__frame__unpack(td_frame_arena_allocator(&a), len, p);
+            if (!f != !g)
+                abort();
+            if (f) {
+                size_t sz = tandem__frame__get_packed_size(f);
+                if (sz != tandem__frame__get_packed_size(g))
+                    abort();
+                uint8_t *x = malloc(sz ? sz : 1), *y = malloc(sz ? sz : 1);
+                if (!x || !y)
+                    abort();
+                tandem__frame__pack(f, x);
+                tandem__frame__pack(g, y);
+                if (memcmp(x, y, sz) != 0)
+                    abort();
+                free(x);
+                free(y);
                 tandem__frame__free_unpacked(f, NULL);
+            }
+            td_frame_arena_reset(&a);
         }
         if (rc < 0)
             break;
     }
     td_frame_reader_free(&r);
+    td_frame_arena_free(&a);
     return 0;
 }
 

@@ -111,6 +111,92 @@ START_TEST(test_frame_malformed_payload)
 }
 END_TEST
 
+/* Pack a GenerateRequest of n tokens (ids i * 7) and a prompt string into `out` (reset first). */
+static void pack_generate(td_buf_t *out, size_t n, const char *prompt)
+{
+    int32_t *ids = calloc(n ? n : 1, sizeof(*ids));
+    ck_assert_ptr_nonnull(ids);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = (int32_t)(i * 7);
+    Tandem__Sampling sp = TANDEM__SAMPLING__INIT;
+    sp.max_tokens = 9;
+    char *stops[] = {"\n\n", "END"};
+    Tandem__GenerateRequest g = TANDEM__GENERATE_REQUEST__INIT;
+    g.request_id = 77;
+    g.n_tokens = n;
+    g.tokens = ids;
+    g.prompt = (char *)prompt;
+    g.sampling = &sp;
+    g.n_stop = 2;
+    g.stop = stops;
+    Tandem__Frame f = TANDEM__FRAME__INIT;
+    f.body_case = TANDEM__FRAME__BODY_GENERATE;
+    f.generate = &g;
+    td_buf_reset(out);
+    ck_assert_int_eq(td_frame_encode(&f.base, out), 0);
+    free(ids);
+}
+
+static void check_generate(const Tandem__Frame *f, size_t n, const char *prompt)
+{
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(f->body_case, TANDEM__FRAME__BODY_GENERATE);
+    const Tandem__GenerateRequest *g = f->generate;
+    ck_assert_uint_eq(g->request_id, 77);
+    ck_assert_uint_eq(g->n_tokens, n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_eq(g->tokens[i], (int32_t)(i * 7));
+    ck_assert_str_eq(g->prompt, prompt);
+    ck_assert_ptr_nonnull(g->sampling);
+    ck_assert_uint_eq(g->sampling->max_tokens, 9);
+    ck_assert_uint_eq(g->n_stop, 2);
+    ck_assert_str_eq(g->stop[0], "\n\n");
+    ck_assert_str_eq(g->stop[1], "END");
+}
+
+/* Frames unpacked through the arena read the same as through malloc; a frame too big for the
+ * block spills into mallocs and the block then grows to it, up to the cap; a malformed payload
+ * fails cleanly and the arena keeps serving. */
+START_TEST(test_frame_arena)
+{
+    td_frame_arena_t a;
+    td_frame_arena_init(&a);
+    ProtobufCAllocator *pa = td_frame_arena_allocator(&a);
+    td_buf_t b;
+    td_buf_init(&b);
+    const size_t sizes[] = {3, 3, 2000, 2000, 0, 200000, 200000, 5};
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(*sizes); k++) {
+        size_t n = sizes[k];
+        pack_generate(&b, n, k % 2 ? "odd prompt" : "");
+        const uint8_t *p = (const uint8_t *)b.data + TD_FRAME_HEADER;
+        size_t len = b.len - TD_FRAME_HEADER;
+        Tandem__Frame *f = tandem__frame__unpack(pa, len, p);
+        check_generate(f, n, k % 2 ? "odd prompt" : "");
+        if (k == 1 || k == 3) /* the second frame of a size fits the block the first one grew */
+            ck_assert_ptr_null(a.big);
+        if (k == 5 || k == 6) /* 800 KB of ids: above the cap, always spills */
+            ck_assert_ptr_nonnull(a.big);
+        Tandem__Frame *g = tandem__frame__unpack(NULL, len, p);
+        check_generate(g, n, k % 2 ? "odd prompt" : "");
+        tandem__frame__free_unpacked(g, NULL);
+        td_frame_arena_reset(&a);
+        ck_assert_ptr_null(a.big);
+        ck_assert_uint_eq(a.used, 0);
+        ck_assert_uint_le(a.cap, 64u << 10);
+    }
+    ck_assert_uint_ge(a.cap, 2000 * 4);
+    const uint8_t junk[] = {0x0a, 0xff, 0xff, 0xff, 0xff};
+    ck_assert_ptr_null(tandem__frame__unpack(pa, sizeof(junk), junk));
+    td_frame_arena_reset(&a);
+    pack_generate(&b, 4, "after");
+    Tandem__Frame *f = tandem__frame__unpack(pa, b.len - TD_FRAME_HEADER,
+                                             (const uint8_t *)b.data + TD_FRAME_HEADER);
+    check_generate(f, 4, "after");
+    td_frame_arena_free(&a);
+    td_buf_free(&b);
+}
+END_TEST
+
 START_TEST(test_hmac)
 {
     /* RFC 4231 test case 2 */
@@ -141,6 +227,7 @@ int main(void)
     tcase_add_test(tc, test_frames_any_chunking);
     tcase_add_test(tc, test_frame_limit);
     tcase_add_test(tc, test_frame_malformed_payload);
+    tcase_add_test(tc, test_frame_arena);
     tcase_add_test(tc, test_hmac);
     suite_add_tcase(s, tc);
     return td_check_run(s);
