@@ -151,14 +151,14 @@ ProtobufCAllocator *td_frame_arena_allocator(td_frame_arena_t *a)
 
 void td_frame_arena_reset(td_frame_arena_t *a)
 {
-    bool spilled = a->big != NULL;
     for (arena_big_t *b = a->big, *next; b; b = next) {
         next = b->next;
         free(b);
     }
     a->big = NULL;
+    /* more needed than the block holds: parts spilled, so the block grows to the frame */
     size_t want = a->need > ARENA_KEEP_MAX ? ARENA_KEEP_MAX : a->need;
-    if ((spilled || !a->block) && want > a->cap) {
+    if (want > a->cap) {
         size_t cap = a->cap ? a->cap : ARENA_FIRST;
         while (cap < want)
             cap *= 2;

