@@ -23,26 +23,6 @@
 #define ARENA_FIRST 4096u         /* bytes of the first block */
 #define ARENA_KEEP_MAX (64u << 10) /* the block grows no larger: bigger frames malloc their parts */
 
-int td_frame_encode(const ProtobufCMessage *msg, td_buf_t *out)
-{
-    size_t n = protobuf_c_message_get_packed_size(msg);
-    if (n > UINT32_MAX)
-        return TD_EOVERFLOW;
-    int rc = td_buf_reserve(out, TD_FRAME_HEADER + n);
-    if (rc)
-        return rc;
-    uint8_t *p = (uint8_t *)out->data + out->len;
-    p[0] = (uint8_t)(n >> 24);
-    p[1] = (uint8_t)(n >> 16);
-    p[2] = (uint8_t)(n >> 8);
-    p[3] = (uint8_t)n;
-    size_t packed = protobuf_c_message_pack(msg, p + TD_FRAME_HEADER);
-    TD_ASSERT(packed == n);
-    out->len += TD_FRAME_HEADER + n;
-    out->data[out->len] = '\0';
-    return 0;
-}
-
 void td_frame_reader_init(td_frame_reader_t *r, size_t max_frame)
 {
     td_buf_init(&r->buf);

@@ -321,18 +321,9 @@ static int conn_send(td_rpc_conn_t *c, const Tandem__Frame *f)
 {
     if (c->state == ST_CLOSING)
         return TD_ECLOSED;
-    size_t n = tandem__frame__get_packed_size(f);
-    if (n > c->cfg->opts.max_frame)
-        return td_err_set(TD_EOVERFLOW, "frame of %zu bytes exceeds the limit", n);
-    if (td_buf_reserve(&c->out, TD_FRAME_HEADER + n))
-        return TD_ENOMEM;
-    uint8_t *p = (uint8_t *)c->out.data + c->out.len;
-    p[0] = (uint8_t)(n >> 24);
-    p[1] = (uint8_t)(n >> 16);
-    p[2] = (uint8_t)(n >> 8);
-    p[3] = (uint8_t)n;
-    tandem__frame__pack(f, p + TD_FRAME_HEADER);
-    c->out.len += TD_FRAME_HEADER + n;
+    int rc = td_frame_encode_max(&f->base, &c->out, c->cfg->opts.max_frame);
+    if (rc)
+        return rc;
     if (c->out.len >= FLUSH_AT)
         conn_flush(c);
     else if (!uv_is_active((uv_handle_t *)&c->flush))

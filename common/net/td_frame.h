@@ -22,7 +22,10 @@
 #define TD_FRAME_HEADER 4u
 #define TD_FRAME_DEFAULT_MAX (64u << 20) /* bytes of payload */
 
-/* Append one frame (header + packed message) to `out`. 0 or TD_ENOMEM / TD_EOVERFLOW. */
+/* Append one frame (header + packed message) to `out`: protobuf-c's bytes, written in one pass
+ * (pbpack.c). 0, TD_ENOMEM, or TD_EOVERFLOW when the message is over `max` bytes (`out` is then
+ * unchanged); td_frame_encode's limit is the header's, 4 GiB - 1. */
+int td_frame_encode_max(const ProtobufCMessage *msg, td_buf_t *out, size_t max);
 int td_frame_encode(const ProtobufCMessage *msg, td_buf_t *out);
 
 /* Incremental frame reader. Owns its buffer; td_frame_reader_free releases it. */

@@ -1,7 +1,8 @@
 /* fuzz_frame.c: the control-plane frame reader and protobuf unpacking. Input: a byte stream cut
  * into chunks of sizes taken from its first byte; every frame found is unpacked through the
  * connection's arena (td_frame_arena_t, as rpc.c does) and through malloc, and both must agree:
- * both fail, or both repack to the same bytes. */
+ * both fail, or both repack to the same bytes, which the one-pass packer (td_frame_encode) must
+ * write too. */
 #include "control.pb-c.h"
 #include "fuzz.h"
 #include "td_frame.h"
@@ -42,6 +43,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 tandem__frame__pack(g, y);
                 if (memcmp(x, y, sz) != 0)
                     abort();
+                td_buf_t one; /* the one-pass packer (pbpack.c) writes protobuf-c's bytes */
+                td_buf_init(&one);
+                if (td_frame_encode(&g->base, &one) != 0 || one.len != TD_FRAME_HEADER + sz ||
+                    memcmp(one.data + TD_FRAME_HEADER, x, sz) != 0)
+                    abort();
+                td_buf_free(&one);
                 free(x);
                 free(y);
                 tandem__frame__free_unpacked(f, NULL);

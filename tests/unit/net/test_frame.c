@@ -1,4 +1,5 @@
-/* test_frame.c: control-plane framing (reassembly, limits, malformed payloads) and HMAC auth. */
+/* test_frame.c: control-plane framing (reassembly, limits, malformed payloads, one-pass packing)
+ * and HMAC auth. */
 #include "control.pb-c.h"
 #include "td_error.h"
 #include "td_frame.h"
@@ -197,6 +198,244 @@ START_TEST(test_frame_arena)
 }
 END_TEST
 
+/* ---- one-pass packing (pbpack.c) against protobuf-c ---------------------------------------- */
+
+typedef struct gen {
+    uint64_t x;
+    void *mem[4096];
+    size_t n_mem;
+} gen_t;
+
+static uint64_t gen_next(gen_t *g)
+{
+    g->x ^= g->x << 13;
+    g->x ^= g->x >> 7;
+    g->x ^= g->x << 17;
+    return g->x;
+}
+
+static void *gen_alloc(gen_t *g, size_t n)
+{
+    ck_assert_uint_lt(g->n_mem, sizeof(g->mem) / sizeof(*g->mem));
+    void *p = calloc(1, n ? n : 1);
+    ck_assert_ptr_nonnull(p);
+    return g->mem[g->n_mem++] = p;
+}
+
+static void gen_message(gen_t *g, const ProtobufCMessageDescriptor *d, ProtobufCMessage *m,
+                        int depth);
+
+/* A random value of field `f` at `v`: zero, edge or arbitrary, as the packers must each treat. */
+static void gen_value(gen_t *g, const ProtobufCFieldDescriptor *f, void *v, int depth)
+{
+    uint64_t r = gen_next(g);
+    int kind = (int)(r % 5);
+    if (depth < 0) { /* an array element: protobuf-c's sizing takes no NULL string or message */
+        depth = -1 - depth;
+        kind += kind == 0 && (f->type == PROTOBUF_C_TYPE_STRING ||
+                              f->type == PROTOBUF_C_TYPE_MESSAGE);
+    } /* 0: zero, 1: small, 2: big, 3: negative, 4: arbitrary */
+    uint64_t big = gen_next(g);
+    uint64_t val = kind == 0 ? 0 : kind == 1 ? r >> 58 : kind == 2 ? big | 1ull << 63 : big;
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_BOOL:
+        *(protobuf_c_boolean *)v = kind ? 1 : 0;
+        break;
+    case PROTOBUF_C_TYPE_ENUM:
+    case PROTOBUF_C_TYPE_INT32:
+    case PROTOBUF_C_TYPE_SINT32:
+    case PROTOBUF_C_TYPE_SFIXED32:
+        *(int32_t *)v = kind == 3 ? -(int32_t)(r >> 40 & 0xffff) - 1 : (int32_t)val;
+        break;
+    case PROTOBUF_C_TYPE_UINT32:
+    case PROTOBUF_C_TYPE_FIXED32:
+        *(uint32_t *)v = (uint32_t)(val >> (kind == 2 ? 32 : 0));
+        break;
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+        *(int64_t *)v = kind == 3 ? -(int64_t)(r >> 20) - 1 : (int64_t)val;
+        break;
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+        *(uint64_t *)v = val;
+        break;
+    case PROTOBUF_C_TYPE_FLOAT:
+        *(float *)v = kind == 0 ? 0.0f : kind == 3 ? -0.0f : (float)(int64_t)val / 7.0f;
+        break;
+    case PROTOBUF_C_TYPE_DOUBLE:
+        *(double *)v = kind == 0 ? 0.0 : kind == 3 ? -0.0 : (double)(int64_t)val / 3.0;
+        break;
+    case PROTOBUF_C_TYPE_STRING: {
+        if (kind == 0) {
+            *(char **)v = NULL;
+            break;
+        }
+        size_t n = kind == 1 ? 0 : kind == 2 ? 130 + r % 200 : r % 20;
+        char *s = gen_alloc(g, n + 1);
+        for (size_t i = 0; i < n; i++)
+            s[i] = (char)('a' + (gen_next(g) % 26));
+        *(char **)v = s;
+        break;
+    }
+    case PROTOBUF_C_TYPE_BYTES: {
+        ProtobufCBinaryData *b = v;
+        b->len = kind == 0 ? 0 : kind == 2 ? 200 + r % 300 : r % 24;
+        b->data = b->len || kind == 1 ? gen_alloc(g, b->len) : NULL;
+        for (size_t i = 0; i < b->len; i++)
+            b->data[i] = (uint8_t)gen_next(g);
+        break;
+    }
+    case PROTOBUF_C_TYPE_MESSAGE: {
+        if (kind == 0) {
+            *(ProtobufCMessage **)v = NULL;
+            break;
+        }
+        const ProtobufCMessageDescriptor *sd = f->descriptor;
+        ProtobufCMessage *sub = gen_alloc(g, sd->sizeof_message);
+        if (depth >= 4) /* deep enough: an empty message */
+            protobuf_c_message_init(sd, sub);
+        else
+            gen_message(g, sd, sub, depth + 1);
+        *(ProtobufCMessage **)v = sub;
+        break;
+    }
+    }
+}
+
+static size_t gen_elem_size(ProtobufCType t)
+{
+    switch (t) {
+    case PROTOBUF_C_TYPE_INT64:
+    case PROTOBUF_C_TYPE_SINT64:
+    case PROTOBUF_C_TYPE_SFIXED64:
+    case PROTOBUF_C_TYPE_UINT64:
+    case PROTOBUF_C_TYPE_FIXED64:
+    case PROTOBUF_C_TYPE_DOUBLE:
+        return 8;
+    case PROTOBUF_C_TYPE_BOOL:
+        return sizeof(protobuf_c_boolean);
+    case PROTOBUF_C_TYPE_STRING:
+    case PROTOBUF_C_TYPE_MESSAGE:
+        return sizeof(void *);
+    case PROTOBUF_C_TYPE_BYTES:
+        return sizeof(ProtobufCBinaryData);
+    default:
+        return 4;
+    }
+}
+
+static void gen_message(gen_t *g, const ProtobufCMessageDescriptor *d, ProtobufCMessage *m,
+                        int depth)
+{
+    protobuf_c_message_init(d, m);
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        char *v = (char *)m + f->offset, *q = (char *)m + f->quantifier_offset;
+        uint64_t r = gen_next(g);
+        if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+            size_t n = r % 4 == 0 ? 0 : r % 4 == 1 ? 1 + r % 5 : r % 4 == 2 ? 40 + r % 60 : 3;
+            if (f->type == PROTOBUF_C_TYPE_MESSAGE && n > 3)
+                n = depth ? 1 : 3 + r % 8;
+            size_t es = gen_elem_size(f->type);
+            char *a = n ? gen_alloc(g, n * es) : NULL;
+            for (size_t k = 0; k < n; k++)
+                gen_value(g, f, a + k * es, -1 - depth); /* no NULL elements */
+            *(size_t *)(void *)q = n;
+            *(void **)(void *)v = a;
+        } else if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+            if (r % 3 == 0) { /* this member chosen; a later one may take the oneof over */
+                *(uint32_t *)(void *)q = f->id;
+                gen_value(g, f, v, depth);
+            }
+        } else {
+            gen_value(g, f, v, depth);
+            if (f->label == PROTOBUF_C_LABEL_OPTIONAL)
+                *(protobuf_c_boolean *)(void *)q = (r >> 8) % 2;
+        }
+    }
+    if (gen_next(g) % 8 == 0) { /* unknown fields, as unpacking newer peers' frames keeps */
+        size_t n = 1 + gen_next(g) % 2;
+        ProtobufCMessageUnknownField *u = gen_alloc(g, n * sizeof(*u));
+        for (size_t k = 0; k < n; k++) {
+            u[k].tag = 1000 + (uint32_t)(gen_next(g) % 100000);
+            u[k].wire_type = PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED;
+            u[k].len = 1 + gen_next(g) % 9;
+            u[k].data = gen_alloc(g, u[k].len);
+            u[k].data[0] = (uint8_t)(u[k].len - 1);
+        }
+        m->n_unknown_fields = (unsigned)n;
+        m->unknown_fields = u;
+    }
+}
+
+/* `m` through td_frame_encode_max: the header and exactly protobuf-c's bytes; one byte under
+ * the limit fails and leaves the buffer as it was. */
+static void check_pack_same(const ProtobufCMessage *m)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *want = malloc(n ? n : 1);
+    ck_assert_ptr_nonnull(want);
+    ck_assert_uint_eq(protobuf_c_message_pack(m, want), n);
+    td_buf_t b;
+    td_buf_init(&b);
+    td_buf_append(&b, "xy", 2);
+    ck_assert_int_eq(td_frame_encode_max(m, &b, n), 0);
+    ck_assert_uint_eq(b.len, 2 + TD_FRAME_HEADER + n);
+    const uint8_t *h = (const uint8_t *)b.data + 2;
+    ck_assert_uint_eq((size_t)h[0] << 24 | (size_t)h[1] << 16 | (size_t)h[2] << 8 | h[3], n);
+    ck_assert_mem_eq(h + TD_FRAME_HEADER, want, n);
+    if (n) {
+        ck_assert_int_eq(td_frame_encode_max(m, &b, n - 1), TD_EOVERFLOW);
+        ck_assert_uint_eq(b.len, 2 + TD_FRAME_HEADER + n);
+    }
+    td_buf_free(&b);
+    free(want);
+}
+
+/* Random frames of every body (and KvNote, which rides on UCX pushes): zero and negative
+ * values, -0.0, NULL and empty strings, oneofs, has_ flags, arrays past the one-byte length,
+ * sub-messages past 2 KiB (the stack buffer's growth), unknown fields. */
+START_TEST(test_frame_pack_one_pass)
+{
+    gen_t g = {.x = 0x9E3779B97F4A7C15ull};
+    const ProtobufCMessageDescriptor *descs[] = {&tandem__frame__descriptor,
+                                                 &tandem__kv_note__descriptor};
+    size_t big = 0;
+    for (int it = 0; it < 3000; it++) {
+        const ProtobufCMessageDescriptor *d = descs[it % 2 ? 0 : (it / 2) % 2];
+        ProtobufCMessage *m = gen_alloc(&g, d->sizeof_message);
+        gen_message(&g, d, m, 0);
+        check_pack_same(m);
+        big += protobuf_c_message_get_packed_size(m) > 2048;
+        for (size_t k = 0; k < g.n_mem; k++)
+            free(g.mem[k]);
+        g.n_mem = 0;
+    }
+    ck_assert_uint_gt(big, 10);
+    /* the hand-built frames the daemons send most */
+    td_buf_t b;
+    td_buf_init(&b);
+    int32_t toks[300];
+    for (int i = 0; i < 300; i++)
+        toks[i] = i * 977 - 50;
+    Tandem__Sampling sp = TANDEM__SAMPLING__INIT;
+    sp.temperature = 0.7f;
+    sp.max_tokens = 4;
+    sp.logprobs = -1;
+    Tandem__DecodeTask dt = TANDEM__DECODE_TASK__INIT;
+    dt.request_id = 77;
+    dt.n_tokens = 300;
+    dt.tokens = toks;
+    dt.sampling = &sp;
+    Tandem__Frame f = TANDEM__FRAME__INIT;
+    f.body_case = TANDEM__FRAME__BODY_DECODE_TASK;
+    f.decode_task = &dt;
+    check_pack_same(&f.base);
+    td_buf_free(&b);
+}
+END_TEST
+
 START_TEST(test_hmac)
 {
     /* RFC 4231 test case 2 */
@@ -228,6 +467,7 @@ int main(void)
     tcase_add_test(tc, test_frame_limit);
     tcase_add_test(tc, test_frame_malformed_payload);
     tcase_add_test(tc, test_frame_arena);
+    tcase_add_test(tc, test_frame_pack_one_pass);
     tcase_add_test(tc, test_hmac);
     suite_add_tcase(s, tc);
     return td_check_run(s);
