@@ -66,12 +66,16 @@ static int usage_json(td_buf_t *b, td_api_kind_t kind, const td_resp_usage_t *u)
                              ",\"cache_read_input_tokens\":%" PRId64 "}",
                              u->prompt_tokens - u->cached_tokens, u->completion_tokens,
                              u->cached_tokens);
-    return td_buf_printf(b,
-                         "{\"prompt_tokens\":%" PRId64 ",\"completion_tokens\":%" PRId64
-                         ",\"total_tokens\":%" PRId64
-                         ",\"prompt_tokens_details\":{\"cached_tokens\":%" PRId64 "}}",
-                         u->prompt_tokens, u->completion_tokens,
-                         u->prompt_tokens + u->completion_tokens, u->cached_tokens);
+    /* every OpenAI stream ends with this: appended, not printf'd */
+    TRY(td_buf_append_str(b, "{\"prompt_tokens\":"));
+    TRY(td_buf_append_i64(b, u->prompt_tokens));
+    TRY(td_buf_append_str(b, ",\"completion_tokens\":"));
+    TRY(td_buf_append_i64(b, u->completion_tokens));
+    TRY(td_buf_append_str(b, ",\"total_tokens\":"));
+    TRY(td_buf_append_i64(b, u->prompt_tokens + u->completion_tokens));
+    TRY(td_buf_append_str(b, ",\"prompt_tokens_details\":{\"cached_tokens\":"));
+    TRY(td_buf_append_i64(b, u->cached_tokens));
+    return td_buf_append_str(b, "}}");
 }
 
 /* Chat: {"content":[{token, logprob, bytes, top_logprobs}, ...]} for n records. */
