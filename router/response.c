@@ -146,7 +146,8 @@ static int completion_logprobs(td_buf_t *b, const td_resp_logprob_t *lp, size_t 
 /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":[` */
 static int chunk_head_format(td_buf_t *b, const td_resp_ctx_t *c)
 {
-    /* the literals and the number, and the strings unescaped: one allocation for the usual */
+    /* room for the literals, the number and both strings as they are: one allocation when
+     * nothing needs escaping */
     TRY(td_buf_reserve(b, 128 + (c->id ? strlen(c->id) : 4) + (c->model ? strlen(c->model) : 4)));
     TRY(APPEND_LIT(b, "data: {\"id\":"));
     TRY(json_cstr(b, c->id));
