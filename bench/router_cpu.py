@@ -15,8 +15,11 @@ each run.
 
 Printed per backend: router CPU microseconds per request and its ratio to the 50 us limit, the
 rate one router core could sustain at that cost (1e6 / us-per-request) and its ratio to the
-5,000 requests/s target, and the rate the run actually reached (bounded on a small machine by the
-load generator and the workers sharing the cores with the router).
+5,000 requests/s target, the rate the run actually reached (bounded on a small machine by the
+load generator and the workers sharing the cores with the router), the cost split into user and
+system (kernel) microseconds, and the router's read-like and write-like system calls per request
+(/proc/PID/io: an SSE stream costs a write per loop iteration in which it had tokens, on its own
+connection; RPC streams share one connection and one write per iteration).
 """
 import argparse
 import json
@@ -35,10 +38,22 @@ TARGET_RPS = 5000.0
 
 
 def cpu_s(pid):
+    """(user, system) CPU seconds of pid."""
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return int(fields[11]) / tick, int(fields[12]) / tick  # utime, stime
+
+
+def io_calls(pid):
+    """(read-like, write-like) system calls of pid so far (/proc/PID/io syscr, syscw: read,
+    recv*, readv / write, writev, send*)."""
+    v = {}
+    with open("/proc/%d/io" % pid) as f:
+        for line in f:
+            k, _, n = line.partition(":")
+            v[k] = int(n)
+    return v["syscr"], v["syscw"]
 
 
 def load():
@@ -90,9 +105,9 @@ def main():
                     "--request-rate", a.rate, "--max-concurrency", str(a.concurrency),
                     "--num-prompts", str(a.num_prompts), "--num-warmups", "64", "--seed", "1",
                     "--result-file", res, "--no-progress"]
-            c0, t0 = cpu_s(pid), time.monotonic()
+            c0, io0, t0 = cpu_s(pid), io_calls(pid), time.monotonic()
             r = subprocess.run(argv, text=True, capture_output=True)
-            c1, t1 = cpu_s(pid), time.monotonic()
+            c1, io1, t1 = cpu_s(pid), io_calls(pid), time.monotonic()
             if r.returncode != 0:
                 print(r.stdout + r.stderr)
                 sys.exit("tandem bench failed")
@@ -101,14 +116,18 @@ def main():
             os.unlink(res)
             n = out["completed"] + 64  # the warm-ups went through the router too
             failed = out.get("failed", 0)
-            us = (c1 - c0) / n * 1e6
-            rows.append((backend, n, failed, us, out["request_throughput"], load()))
+            user = (c1[0] - c0[0]) / n * 1e6
+            sys_ = (c1[1] - c0[1]) / n * 1e6
+            rd = (io1[0] - io0[0]) / n
+            wr = (io1[1] - io0[1]) / n
+            rows.append((backend, n, failed, user + sys_, out["request_throughput"], load(),
+                         user, sys_, rd, wr))
         print("backend  requests failed  router_us/req  ratio_to_50us  one_core_rps  "
-              "ratio_to_5000  achieved_rps  load")
-        for backend, n, failed, us, rps, ld in rows:
-            print("%-8s %8d %6d %14.1f %14.2f %13.0f %14.2f %13.0f  %s" %
+              "ratio_to_5000  achieved_rps  user_us  sys_us  reads/req  writes/req  load")
+        for backend, n, failed, us, rps, ld, user, sys_, rd, wr in rows:
+            print("%-8s %8d %6d %14.1f %14.2f %13.0f %14.2f %13.0f %8.1f %7.1f %10.2f %11.2f  %s" %
                   (backend, n, failed, us, us / LIMIT_US, 1e6 / us, 1e6 / us / TARGET_RPS, rps,
-                   ld))
+                   user, sys_, rd, wr, ld))
         cl.stop()
     finally:
         C._kill_all()

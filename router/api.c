@@ -474,18 +474,31 @@ static int parse_responses(ctx_t *c, json_object *o, td_api_request_t *r)
     return td_api_parse_response_format(o, r, &c->param);
 }
 
+/* One tokener per thread, reset for each body: a fresh one costs a handful of allocations and
+ * its string buffer regrows through every long prompt. */
+static _Thread_local json_tokener *tls_tok;
+#define TOK_KEEP_MAX (64u << 10) /* bodies up to this size leave the tokener for the next */
+
 int td_api_parse_object(const char *body, size_t len, json_object **out)
 {
     *out = NULL;
-    json_tokener *tok = json_tokener_new();
-    if (!tok)
-        return td_err_set(TD_ENOMEM, "out of memory");
-    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    json_tokener *tok = tls_tok;
+    if (!tok) {
+        if (!(tok = json_tokener_new()))
+            return td_err_set(TD_ENOMEM, "out of memory");
+        json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+        tls_tok = tok;
+    }
+    json_tokener_reset(tok);
     json_object *o = json_tokener_parse_ex(tok, body ? body : "",
                                            (int)TD_MIN(len, (size_t)INT32_MAX));
     enum json_tokener_error jerr = json_tokener_get_error(tok);
     size_t used = json_tokener_get_parse_end(tok);
-    json_tokener_free(tok);
+    json_tokener_reset(tok); /* drops what a failed parse left on its stack */
+    if (len > TOK_KEEP_MAX) { /* its string buffer grew to the body: not kept */
+        json_tokener_free(tok);
+        tls_tok = NULL;
+    }
     if (!o || jerr != json_tokener_success) {
         json_object_put(o);
         return td_err_set(TD_EPARSE, "request body is not valid JSON: %s",

@@ -60,7 +60,8 @@ typedef struct hjob {
     size_t n_seqs;
     char **echo; /* [n_prompts] prompt text for echo, or NULL */
     size_t *echo_len;
-    td_buf_t out; /* stream bytes to write on the next flush */
+    td_buf_t out;  /* stream bytes to write on the next flush */
+    td_buf_t head; /* the stream's chunk opening, formatted once (td_resp_ctx_t.head) */
     bool canceled;
     td_http_grant_t grant; /* what a keyed request's admission charged (http_access.c) */
     td_tool_fmt_t tool_fmt; /* TD_TOOL_FMT_NONE: outputs are not parsed for calls */
@@ -111,6 +112,7 @@ static void hjob_free(hjob_t *h)
     free(h->echo);
     free(h->echo_len);
     td_buf_free(&h->out);
+    td_buf_free(&h->head);
     td_api_request_free(&h->api);
     td_job_free(h->job);
     free(h);
@@ -263,7 +265,7 @@ static void ev_token(td_job_t *j, int idx, int32_t id, const Tandem__TokenLogpro
 static void write_out(hjob_t *h)
 {
     if (h->st && h->out.len && !h->canceled) {
-        td_http_stream_write(h->st, h->out.data, h->out.len);
+        td_http_stream_write_buf(h->st, &h->out);
         if (td_http_stream_pending(h->st) > STREAM_PENDING_MAX && !h->job->ended) {
             h->canceled = true;
             td_job_abort(h->job, 499, "the client does not read its stream");
@@ -521,6 +523,7 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
     }
     h->rt = rt;
     td_buf_init(&h->out);
+    td_buf_init(&h->head);
     size_t len;
     const char *body = td_http_body(r, &len);
     const char *param = NULL;
@@ -719,6 +722,7 @@ static void handle_generate(td_router_t *rt, td_http_req_t *r, td_api_kind_t kin
     h->ctx.prompt_tokens = (int64_t)toks[0].len;
     h->ctx.role_sent = h->role_sent;
     h->ctx.blocks = &h->blocks;
+    h->ctx.head = &h->head;
     for (size_t i = 0; i < n_toks; i++)
         td_tokens_free(&toks[i]);
     n_toks = 0;

@@ -66,12 +66,16 @@ static int usage_json(td_buf_t *b, td_api_kind_t kind, const td_resp_usage_t *u)
                              ",\"cache_read_input_tokens\":%" PRId64 "}",
                              u->prompt_tokens - u->cached_tokens, u->completion_tokens,
                              u->cached_tokens);
-    return td_buf_printf(b,
-                         "{\"prompt_tokens\":%" PRId64 ",\"completion_tokens\":%" PRId64
-                         ",\"total_tokens\":%" PRId64
-                         ",\"prompt_tokens_details\":{\"cached_tokens\":%" PRId64 "}}",
-                         u->prompt_tokens, u->completion_tokens,
-                         u->prompt_tokens + u->completion_tokens, u->cached_tokens);
+    /* every OpenAI stream ends with this: appended, not printf'd */
+    TRY(td_buf_append_str(b, "{\"prompt_tokens\":"));
+    TRY(td_buf_append_i64(b, u->prompt_tokens));
+    TRY(td_buf_append_str(b, ",\"completion_tokens\":"));
+    TRY(td_buf_append_i64(b, u->completion_tokens));
+    TRY(td_buf_append_str(b, ",\"total_tokens\":"));
+    TRY(td_buf_append_i64(b, u->prompt_tokens + u->completion_tokens));
+    TRY(td_buf_append_str(b, ",\"prompt_tokens_details\":{\"cached_tokens\":"));
+    TRY(td_buf_append_i64(b, u->cached_tokens));
+    return td_buf_append_str(b, "}}");
 }
 
 /* Chat: {"content":[{token, logprob, bytes, top_logprobs}, ...]} for n records. */
@@ -136,48 +140,66 @@ static int completion_logprobs(td_buf_t *b, const td_resp_logprob_t *lp, size_t 
     return td_buf_append_str(b, "]}");
 }
 
+/* A string literal appended without strlen. */
+#define APPEND_LIT(b, lit) td_buf_append((b), (lit), sizeof(lit) - 1)
+
 /* `data: {"id":..,"object":..,"created":..,"model":..,"choices":[` */
+static int chunk_head_format(td_buf_t *b, const td_resp_ctx_t *c)
+{
+    /* room for the literals, the number and both strings as they are: one allocation when
+     * nothing needs escaping */
+    TRY(td_buf_reserve(b, 128 + (c->id ? strlen(c->id) : 4) + (c->model ? strlen(c->model) : 4)));
+    TRY(APPEND_LIT(b, "data: {\"id\":"));
+    TRY(json_cstr(b, c->id));
+    TRY(c->kind == TD_API_CHAT
+            ? APPEND_LIT(b, ",\"object\":\"chat.completion.chunk\",\"created\":")
+            : APPEND_LIT(b, ",\"object\":\"text_completion\",\"created\":"));
+    TRY(td_buf_append_i64(b, c->created));
+    TRY(APPEND_LIT(b, ",\"model\":"));
+    TRY(json_cstr(b, c->model));
+    return APPEND_LIT(b, ",\"choices\":[");
+}
+
+/* The opening, formatted once per response when the caller keeps it (c->head). */
 static int chunk_head(td_buf_t *b, const td_resp_ctx_t *c)
 {
-    TRY(td_buf_append_str(b, "data: {\"id\":"));
-    TRY(json_cstr(b, c->id));
-    TRY(td_buf_append_str(b, c->kind == TD_API_CHAT
-                                 ? ",\"object\":\"chat.completion.chunk\",\"created\":"
-                                 : ",\"object\":\"text_completion\",\"created\":"));
-    TRY(td_buf_append_i64(b, c->created));
-    TRY(td_buf_append_str(b, ",\"model\":"));
-    TRY(json_cstr(b, c->model));
-    return td_buf_append_str(b, ",\"choices\":[");
+    if (!c->head)
+        return chunk_head_format(b, c);
+    if (!c->head->len)
+        TRY(chunk_head_format(c->head, c));
+    return td_buf_append(b, c->head->data, c->head->len);
 }
 
 static int chunk_tail(td_buf_t *b, const td_resp_ctx_t *c)
 {
-    return td_buf_append_str(b, c->include_usage ? "],\"usage\":null}\n\n" : "]}\n\n");
+    return c->include_usage ? APPEND_LIT(b, "],\"usage\":null}\n\n") : APPEND_LIT(b, "]}\n\n");
 }
 
-/* One OpenAI chunk for one choice. `delta_json` is the chat delta object or NULL for
- * completions, where `text` is used. */
+/* One OpenAI chunk for one choice. Chat: `delta_json` is the delta object, or NULL for a
+ * content delta of `text`; completions: `text`. */
 static int openai_chunk(td_buf_t *b, const td_resp_ctx_t *c, int index, const char *delta_json,
                         const char *text, size_t len, const td_resp_logprob_t *lp,
                         const char *finish)
 {
     TRY(chunk_head(b, c));
-    TRY(td_buf_append_str(b, "{\"index\":"));
+    TRY(APPEND_LIT(b, "{\"index\":"));
     TRY(td_buf_append_i64(b, index));
-    TRY(td_buf_append_char(b, ','));
-    if (c->kind == TD_API_CHAT) {
-        TRY(td_buf_append_str(b, "\"delta\":"));
+    if (c->kind == TD_API_CHAT && delta_json) {
+        TRY(APPEND_LIT(b, ",\"delta\":"));
         TRY(td_buf_append_str(b, delta_json));
     } else {
-        TRY(td_buf_append_str(b, "\"text\":"));
+        TRY(c->kind == TD_API_CHAT ? APPEND_LIT(b, ",\"delta\":{\"content\":")
+                                   : APPEND_LIT(b, ",\"text\":"));
         TRY(json_str(b, text, len));
+        if (c->kind == TD_API_CHAT)
+            TRY(td_buf_append_char(b, '}'));
     }
-    TRY(td_buf_append_str(b, ",\"logprobs\":"));
+    TRY(APPEND_LIT(b, ",\"logprobs\":"));
     if (lp)
         TRY(c->kind == TD_API_CHAT ? chat_logprobs(b, lp, 1) : completion_logprobs(b, lp, 1));
     else
-        TRY(td_buf_append_str(b, "null"));
-    TRY(td_buf_append_str(b, ",\"finish_reason\":"));
+        TRY(APPEND_LIT(b, "null"));
+    TRY(APPEND_LIT(b, ",\"finish_reason\":"));
     TRY(json_cstr(b, finish));
     TRY(td_buf_append_char(b, '}'));
     return chunk_tail(b, c);
@@ -231,19 +253,7 @@ int td_resp_delta(td_buf_t *out, const td_resp_ctx_t *c, int index, const char *
     }
     if (!len && !lp)
         return 0;
-    if (c->kind == TD_API_COMPLETIONS)
-        return openai_chunk(out, c, index, NULL, text, len, lp, NULL);
-    td_buf_t delta;
-    td_buf_init(&delta);
-    int rc = td_buf_append_str(&delta, "{\"content\":");
-    if (!rc)
-        rc = json_str(&delta, text, len);
-    if (!rc)
-        rc = td_buf_append_char(&delta, '}');
-    if (!rc)
-        rc = openai_chunk(out, c, index, delta.data, NULL, 0, lp, NULL);
-    td_buf_free(&delta);
-    return rc;
+    return openai_chunk(out, c, index, NULL, text, len, lp, NULL);
 }
 
 static int role_chunk(td_buf_t *out, const td_resp_ctx_t *c, int index)

@@ -97,6 +97,10 @@ typedef struct td_resp_ctx {
     td_resp_blocks_t *blocks;  /* Anthropic streams with tool calls; NULL: text only */
     td_resp_rstate_t *rs;      /* Responses: stream state (also used by td_resp_full) */
     int64_t max_output_tokens; /* Responses: echoed in the response object; <0: null */
+    td_buf_t *head; /* OpenAI streams: the opening every chunk repeats (id, object, created,
+                     * model), formatted by the first chunk and copied by the others
+                     * (caller-owned, initialized; its text must match the fields above); NULL:
+                     * formatted for each chunk */
 } td_resp_ctx_t;
 
 /* Streaming: one token's text for choice `index` (text may be empty when a token completes no

@@ -142,7 +142,10 @@ struct td_http_server {
     size_t n_conns;
     conn_t *peeking; /* connections whose first request head is still being read */
     route_t *routes;
-    struct watch *watches; /* unanswered requests whose client is watched (td_http_req_watch) */
+    struct watch *watches; /* unanswered requests whose client is watched (td_http_req_watch),
+                            * oldest first: requests are mostly answered in the order they came,
+                            * so unwatch finds its entry within the first few */
+    struct watch **watch_tail; /* the last entry's next (or &watches) */
     uv_timer_t watch_timer; /* checks them every WATCH_MS while there are any */
     uv_idle_t flush;        /* active while `dirty` holds streams: writes them next iteration */
     struct td_http_stream *dirty; /* streams with bytes (or their end) queued this iteration */
@@ -315,6 +318,8 @@ static void unwatch(h2o_req_t *q)
         if ((*pp)->req == q) {
             watch_t *w = *pp;
             *pp = w->next;
+            if (s->watch_tail == &w->next)
+                s->watch_tail = pp;
             free(w);
             break;
         }
@@ -364,8 +369,8 @@ int td_http_req_watch(td_http_req_t *r, void (*on_gone)(void *ud), void *ud)
     w->req = q;
     w->on_gone = on_gone;
     w->ud = ud;
-    w->next = s->watches;
-    s->watches = w;
+    *s->watch_tail = w;
+    s->watch_tail = &w->next;
     if (!uv_is_active((uv_handle_t *)&s->watch_timer))
         uv_timer_start(&s->watch_timer, on_watch, WATCH_MS, WATCH_MS);
     return 0;
@@ -532,6 +537,26 @@ int td_http_stream_write(td_http_stream_t *st, const void *data, size_t len)
     return 0;
 }
 
+int td_http_stream_write_buf(td_http_stream_t *st, td_buf_t *b)
+{
+    if (st->canceled || st->h2o_done)
+        return TD_ECANCELED;
+    if (!b->len)
+        return 0;
+    if (st->pending.len == 0) { /* take b's bytes, give back the empty storage */
+        td_buf_t t = st->pending;
+        st->pending = *b;
+        *b = t;
+    } else {
+        int rc = td_buf_append(&st->pending, b->data, b->len);
+        if (rc)
+            return rc;
+        td_buf_reset(b);
+    }
+    stream_defer(st);
+    return 0;
+}
+
 size_t td_http_stream_pending(const td_http_stream_t *st)
 {
     return st->pending.len + st->inflight.len;
@@ -590,6 +615,7 @@ td_http_server_t *td_http_server_new(uv_loop_t *loop, const td_http_opts_t *opts
     s->accept_ctx.hosts = s->config.hosts;
     uv_timer_init(loop, &s->sentinel);
     s->sentinel.data = s;
+    s->watch_tail = &s->watches;
     uv_timer_init(loop, &s->watch_timer);
     s->watch_timer.data = s;
     uv_idle_init(loop, &s->flush);
@@ -862,6 +888,7 @@ void td_http_server_close(td_http_server_t *s)
         s->watches = w->next;
         free(w);
     }
+    s->watch_tail = &s->watches;
     uv_close((uv_handle_t *)&s->watch_timer, NULL); /* closes long before the sentinel */
     h2o_context_request_shutdown(&s->ctx);
     while (s->peeking) /* connections that have sent no request yet */

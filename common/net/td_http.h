@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "td_util.h" /* td_buf_t */
+
 typedef struct td_http_server td_http_server_t;
 typedef struct td_http_req td_http_req_t;
 typedef struct td_http_stream td_http_stream_t;
@@ -74,6 +76,10 @@ td_http_stream_t *td_http_stream_start(td_http_req_t *r, int status, const char 
 /* Queue bytes (copied). What a stream queues in one loop iteration is written at the start of the
  * next, in one piece. 0, TD_ECANCELED, TD_ENOMEM. */
 int td_http_stream_write(td_http_stream_t *st, const void *data, size_t len);
+/* The same for a buffer the caller fills again and again: its bytes are queued and it is left
+ * empty (the stream may take its storage and hand back an empty one of its own, so nothing is
+ * copied). 0, TD_ECANCELED (b is left as it was), TD_ENOMEM. */
+int td_http_stream_write_buf(td_http_stream_t *st, td_buf_t *b);
 /* Bytes queued and not yet handed to the socket (back-pressure signal). */
 size_t td_http_stream_pending(const td_http_stream_t *st);
 /* Finish the response (what is queued goes out with the end, at the start of the next loop

@@ -24,25 +24,45 @@ static _Atomic int port;
 static _Atomic int cancels;
 static pthread_t thread;
 
-/* streaming: a timer writes one event every 5 ms, then ends */
+/* streaming: a timer writes one event every 5 ms, then ends; the odd events go through
+ * td_http_stream_write_buf in two parts (the first finds the stream's queue empty and hands its
+ * storage over, the second is appended behind it), with one buffer reused for every event */
 typedef struct sse {
     uv_timer_t timer;
     td_http_stream_t *st;
     int sent, total;
     bool endless;
+    td_buf_t buf;
 } sse_t;
 
 static void sse_closed(uv_handle_t *h)
 {
-    free(h->data);
+    sse_t *s = h->data;
+    td_buf_free(&s->buf);
+    free(s);
+}
+
+static int sse_write(sse_t *s)
+{
+    char ev[64];
+    int n = snprintf(ev, sizeof(ev), "data: {\"i\":%d}\n\n", s->sent);
+    if (s->sent % 2 == 0)
+        return td_http_stream_write(s->st, ev, (size_t)n);
+    for (int part = 0; part < 2; part++) {
+        size_t from = part ? 6 : 0, to = part ? (size_t)n : 6;
+        ck_assert_int_eq(td_buf_append(&s->buf, ev + from, to - from), 0);
+        int rc = td_http_stream_write_buf(s->st, &s->buf);
+        if (rc)
+            return rc;
+        ck_assert_uint_eq(s->buf.len, 0);
+    }
+    return 0;
 }
 
 static void sse_tick(uv_timer_t *t)
 {
     sse_t *s = t->data;
-    char ev[64];
-    int n = snprintf(ev, sizeof(ev), "data: {\"i\":%d}\n\n", s->sent);
-    if (td_http_stream_write(s->st, ev, (size_t)n) != 0 || (!s->endless && ++s->sent == s->total)) {
+    if (sse_write(s) != 0 || (!s->endless && ++s->sent == s->total)) {
         td_http_stream_end(s->st);
         uv_timer_stop(t);
         uv_close((uv_handle_t *)t, sse_closed);
@@ -82,6 +102,7 @@ static void h_echo(td_http_req_t *r, void *ud)
 static void h_sse(td_http_req_t *r, void *ud)
 {
     sse_t *s = calloc(1, sizeof(*s));
+    td_buf_init(&s->buf);
     s->total = 3;
     s->endless = ud != NULL;
     s->st = td_http_stream_start(r, 200, "text/event-stream", sse_cancel, s);

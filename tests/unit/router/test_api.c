@@ -386,6 +386,37 @@ START_TEST(test_every_truncation_fails_cleanly)
 }
 END_TEST
 
+/* The parser's tokener is kept between bodies: nothing of one body (an unfinished string, a
+ * failed parse, a large body that made it drop its buffer) reaches the next. */
+START_TEST(test_bodies_independent)
+{
+    td_api_request_t r;
+    const char *param;
+    ck_assert_int_ne(parse(TD_API_COMPLETIONS, "{\"prompt\":\"ab", &r, &param), 0);
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS, "{\"prompt\":\"cd\"}", &r, &param), 0);
+    ck_assert_str_eq(r.prompts[0].text, "cd");
+    td_api_request_free(&r);
+    ck_assert_int_ne(parse(TD_API_COMPLETIONS, "{\"prompt\":[1,{", &r, &param), 0);
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS, "{\"prompt\":\"ef\",\"n\":2}", &r, &param), 0);
+    ck_assert_str_eq(r.prompts[0].text, "ef");
+    ck_assert_int_eq(r.n, 2);
+    td_api_request_free(&r);
+    size_t big = 100000;
+    char *b = malloc(big + 32);
+    ck_assert_ptr_nonnull(b);
+    int h = snprintf(b, 32, "{\"prompt\":\"");
+    memset(b + h, 'x', big);
+    strcpy(b + h + big, "\"}");
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS, b, &r, &param), 0);
+    ck_assert_uint_eq(strlen(r.prompts[0].text), big);
+    td_api_request_free(&r);
+    free(b);
+    ck_assert_int_eq(parse(TD_API_COMPLETIONS, "{\"prompt\":\"gh\"}", &r, &param), 0);
+    ck_assert_str_eq(r.prompts[0].text, "gh");
+    td_api_request_free(&r);
+}
+END_TEST
+
 /* A number beyond 64 bits (json-c saturates it) is refused naming the field and echoing the
  * value as the client wrote it, in every API. */
 START_TEST(test_huge_numbers_echoed)
@@ -556,6 +587,7 @@ int main(void)
     tcase_add_test(tc, test_tools);
     tcase_add_test(tc, test_responses);
     tcase_add_test(tc, test_every_truncation_fails_cleanly);
+    tcase_add_test(tc, test_bodies_independent);
     tcase_add_test(tc, test_huge_numbers_echoed);
     suite_add_tcase(s, tc);
     return td_check_run(s);

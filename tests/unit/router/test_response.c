@@ -133,6 +133,56 @@ START_TEST(test_completions_stream_usage_and_logprobs)
 }
 END_TEST
 
+/* One OpenAI stream (role, tokens with and without logprobs, a tool call, finish, usage, done)
+ * into `out`, with the chunk opening kept in `head` or (head NULL) formatted for each chunk. */
+static void openai_stream(td_api_kind_t kind, bool usage, td_buf_t *head, td_buf_t *out)
+{
+    bool role[2] = {false, false};
+    td_resp_ctx_t c = ctx(kind, usage, role);
+    c.id = kind == TD_API_CHAT ? "chatcmpl-\"q\"" : "cmpl-\\x"; /* escaped in the opening */
+    c.model = "m\xc3\xa9";
+    c.head = head;
+    td_resp_top_t top = {"a", 1, -0.5, NULL, 0};
+    td_resp_logprob_t lp = {"b", 1, 0, -0.25, &top, 1, NULL, 0};
+    td_resp_usage_t u = {7, 3, 2};
+    td_resp_tool_t call = {"call_1", "f", "{\"x\":1}"};
+    ck_assert_int_eq(td_resp_delta(out, &c, 0, "He", 2, NULL), 0);
+    ck_assert_int_eq(td_resp_delta(out, &c, 1, "b", 1, &lp), 0);
+    ck_assert_int_eq(td_resp_delta(out, &c, 0, "\"\n", 2, NULL), 0);
+    if (kind == TD_API_CHAT)
+        ck_assert_int_eq(td_resp_tool_call(out, &c, 1, 0, &call), 0);
+    ck_assert_int_eq(td_resp_finish(out, &c, 0, TD_RESP_LENGTH, &u), 0);
+    ck_assert_int_eq(td_resp_finish(out, &c, 1, TD_RESP_STOP, &u), 0);
+    ck_assert_int_eq(td_resp_done(out, &c, &u), 0);
+}
+
+/* A stream that keeps its chunk opening (as the router's do) sends the bytes of one that
+ * formats it for every chunk, and the kept opening is the chunk's own. */
+START_TEST(test_kept_head_same_bytes)
+{
+    static const td_api_kind_t kinds[] = {TD_API_COMPLETIONS, TD_API_CHAT};
+    for (size_t k = 0; k < 2; k++)
+        for (int usage = 0; usage < 2; usage++) {
+            td_buf_t plain, kept, head;
+            td_buf_init(&plain);
+            td_buf_init(&kept);
+            td_buf_init(&head);
+            openai_stream(kinds[k], usage, NULL, &plain);
+            openai_stream(kinds[k], usage, &head, &kept);
+            ck_assert_uint_gt(head.len, 0);
+            ck_assert_uint_eq(kept.len, plain.len);
+            ck_assert_mem_eq(kept.data, plain.data, plain.len);
+            ck_assert_mem_eq(plain.data, head.data, head.len);
+            ck_assert_ptr_nonnull(strstr(head.data, kinds[k] == TD_API_CHAT
+                                                         ? "\"id\":\"chatcmpl-\\\"q\\\"\""
+                                                         : "\"id\":\"cmpl-\\\\x\""));
+            td_buf_free(&plain);
+            td_buf_free(&kept);
+            td_buf_free(&head);
+        }
+}
+END_TEST
+
 START_TEST(test_anthropic_stream_order)
 {
     bool started[1] = {false};
@@ -353,6 +403,7 @@ int main(void)
     Suite *s = suite_create("response");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_chat_chunks_exact);
+    tcase_add_test(tc, test_kept_head_same_bytes);
     tcase_add_test(tc, test_completions_stream_usage_and_logprobs);
     tcase_add_test(tc, test_anthropic_stream_order);
     tcase_add_test(tc, test_full_bodies);
