@@ -18,7 +18,7 @@
 /* Patterns in the tokenizer: steps 0..PRETOK_EVERY_N-2, then the ByteLevel one. */
 #define PRETOK_EVERY_N 6
 
-static void pretok_json_str(td_buf_t *b, const char *s)
+static inline void pretok_json_str(td_buf_t *b, const char *s)
 {
     td_buf_append_char(b, '"');
     for (; *s; s++) {
@@ -34,7 +34,7 @@ static void pretok_json_str(td_buf_t *b, const char *s)
 }
 
 /* NULL (message on stderr) when it does not load or a pattern is not recognised. */
-static td_tokenizer_t *pretok_every_load(void)
+static inline td_tokenizer_t *pretok_every_load(void)
 {
     td_buf_t j;
     td_buf_init(&j);
@@ -69,8 +69,8 @@ static td_tokenizer_t *pretok_every_load(void)
     return tok;
 }
 
-static void pretok_every_pat(const td_tokenizer_t *tok, int k, const pcre2_code **re,
-                             td__fast_t *fast)
+static inline void pretok_every_pat(const td_tokenizer_t *tok, int k, const pcre2_code **re,
+                                    td__fast_t *fast)
 {
     if (k < PRETOK_EVERY_N - 1) {
         *re = tok->pretok[k].re;
@@ -88,7 +88,7 @@ typedef struct pretok_cmp {
     td__spanvec_t a, b;
 } pretok_cmp_t;
 
-static void pretok_cmp_init(pretok_cmp_t *c)
+static inline void pretok_cmp_init(pretok_cmp_t *c)
 {
     memset(c, 0, sizeof(*c));
     c->md = pcre2_match_data_create(1, NULL);
@@ -99,7 +99,7 @@ static void pretok_cmp_init(pretok_cmp_t *c)
     pcre2_jit_stack_assign(c->mctx, NULL, c->js);
 }
 
-static void pretok_cmp_free(pretok_cmp_t *c)
+static inline void pretok_cmp_free(pretok_cmp_t *c)
 {
     pcre2_match_data_free(c->md);
     pcre2_match_context_free(c->mctx);
@@ -110,7 +110,8 @@ static void pretok_cmp_free(pretok_cmp_t *c)
 
 /* The splits of valid UTF-8 [p, p+n) by pattern k of `tok` through the hand matcher and through
  * PCRE2 alone: true when they are the same; else false, the first difference on stderr. */
-static bool pretok_same(pretok_cmp_t *c, const td_tokenizer_t *tok, int k, const char *p, size_t n)
+static inline bool pretok_same(pretok_cmp_t *c, const td_tokenizer_t *tok, int k, const char *p,
+                               size_t n)
 {
     const pcre2_code *re;
     td__fast_t fast;
