@@ -34,6 +34,16 @@ typedef enum td__fast {
     TD__FAST_GPT2,      /* GPT-2's (ByteLevel use_regex) */
 } td__fast_t;
 
+/* The classes (bit k: td__fast_class_pat[k]) of each code point of the BMP, in blocks of 64 code
+ * points with equal blocks stored once (the CJK ideographs share one): code point c
+ * has blk[idx[c >> 6] * 64 + (c & 63)]. */
+typedef struct td__fast_cls {
+    uint8_t ascii[128]; /* the first two blocks, for one load */
+    uint64_t has_n[16]; /* bit b: block b holds a \p{N} code point */
+    uint16_t idx[1024]; /* block of each 64 code points */
+    uint8_t blk[];      /* [64 * distinct blocks] */
+} td__fast_cls_t;
+
 /* Most pre-tokenizer steps before ByteLevel (encode keeps per-step scratch). */
 #define TD__MAX_PRETOK 15
 
@@ -318,8 +328,8 @@ struct td_tokenizer {
     bool bl_prefix_space; /* ByteLevel add_prefix_space */
     pcre2_code *bl_re;    /* ByteLevel use_regex: the GPT-2 pattern, or NULL */
     td__fast_t bl_fast;   /* its hand matcher (TD__FAST_GPT2), or TD__FAST_NONE */
-    uint8_t *fast_cls;    /* [0x10000] PCRE2's classes of each BMP code point for the hand
-                             matchers (tokenizer_pretok_fast.c); NULL when none is used */
+    struct td__fast_cls *fast_cls; /* PCRE2's classes of the BMP for the hand matchers
+                                      (tokenizer_pretok_fast.c); NULL when none is used */
 
     int32_t *prefix; /* [nprefix] ids the post-processor puts before the text */
     size_t nprefix;
@@ -481,15 +491,20 @@ const char *td__fast_pattern(td__fast_t kind);
  * k of fast_cls is class k). */
 enum { TD__FAST_NCLASS = 6 };
 extern const char *const td__fast_class_pat[TD__FAST_NCLASS];
-/* Fill *out (0x10000 bytes, malloc'd) with each BMP code point's classes, by running the compiled
+/* Build *out (malloc'd): each BMP code point's classes, found by running the compiled
  * td__fast_class_pat over every one. 0, TD_ENOMEM or TD_EINTERNAL. */
-int td__fast_table(pcre2_code *const cls[TD__FAST_NCLASS], uint8_t **out);
+int td__fast_table(pcre2_code *const cls[TD__FAST_NCLASS], td__fast_cls_t **out);
+/* The classes of BMP code point c. */
+static inline int td__fast_cls_of(const td__fast_cls_t *T, uint32_t c)
+{
+    return T->blk[(size_t)T->idx[c >> 6] * 64 + (c & 63)];
+}
 /* The next match of `kind` in [p, p+n) at or after off, with classes T (tok->fast_cls): 1 and
  * [*ms, *me), 0 when there is none, or TD__FAST_ASK when PCRE2 must decide (a code point above
  * U+FFFF, a caseless letter that is not ASCII). */
 #define TD__FAST_ASK (-1)
-int td__fast_next(td__fast_t kind, const uint8_t *T, const char *p, size_t n, size_t off,
-                  size_t *ms, size_t *me);
+int td__fast_next(td__fast_t kind, const td__fast_cls_t *T, const char *p, size_t n,
+                  size_t off, size_t *ms, size_t *me);
 /* Turn the hand matchers off: PCRE2 alone from then on (the tests' and benchmarks' reference;
  * before the tokenizer is shared). */
 void td__fast_off(td_tokenizer_t *tok);

@@ -84,7 +84,7 @@ static size_t put_utf8(char *o, uint32_t c)
     return 3;
 }
 
-int td__fast_table(pcre2_code *const cls[TD__FAST_NCLASS], uint8_t **out)
+int td__fast_table(pcre2_code *const cls[TD__FAST_NCLASS], td__fast_cls_t **out)
 {
     *out = NULL;
     /* every BMP code point but the surrogates, in order */
@@ -92,6 +92,7 @@ int td__fast_table(pcre2_code *const cls[TD__FAST_NCLASS], uint8_t **out)
     char *subj = malloc(cap);
     uint8_t *tab = calloc(0x10000, 1);
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+    td__fast_cls_t *T = NULL;
     int rc = 0;
     if (!subj || !tab || !md) {
         rc = TD_ENOMEM;
@@ -120,13 +121,39 @@ int td__fast_table(pcre2_code *const cls[TD__FAST_NCLASS], uint8_t **out)
             off = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
         }
     }
+    if (rc)
+        goto done;
+    /* blocks of 64, each distinct one stored once */
+    size_t nblk = 0;
+    uint16_t idx[1024], first[1024]; /* first[u]: the first block equal to distinct block u */
+    for (size_t b = 0; b < 1024; b++) {
+        size_t u;
+        for (u = 0; u < nblk; u++)
+            if (memcmp(tab + b * 64, tab + (size_t)first[u] * 64, 64) == 0)
+                break;
+        if (u == nblk)
+            first[nblk++] = (uint16_t)b;
+        idx[b] = (uint16_t)u;
+    }
+    T = malloc(sizeof(*T) + nblk * 64);
+    if (!T) {
+        rc = TD_ENOMEM;
+        goto done;
+    }
+    memcpy(T->ascii, tab, 128);
+    memcpy(T->idx, idx, sizeof(idx));
+    memset(T->has_n, 0, sizeof(T->has_n));
+    for (size_t u = 0; u < nblk; u++)
+        memcpy(T->blk + u * 64, tab + (size_t)first[u] * 64, 64);
+    for (size_t c = 0; c < 0x10000; c++)
+        if (tab[c] & C_N)
+            T->has_n[c >> 12] |= 1ull << (c >> 6 & 63);
 done:
     pcre2_match_data_free(md);
     free(subj);
-    if (rc)
-        free(tab);
-    else
-        *out = tab;
+    free(tab);
+    if (!rc)
+        *out = T;
     return rc;
 }
 
@@ -136,21 +163,21 @@ done:
 
 /* The classes of the code point at p[i] (i < n) and its length; ASK above U+FFFF. The text is
  * valid UTF-8 (encode sanitizes it). */
-static inline int cls_at(const uint8_t *T, const char *p, size_t i, size_t *len)
+static inline int cls_at(const td__fast_cls_t *T, const char *p, size_t i, size_t *len)
 {
     unsigned b = (unsigned char)p[i];
     if (b < 0x80) {
         *len = 1;
-        return T[b];
+        return T->ascii[b];
     }
     if (b < 0xE0) {
         *len = 2;
-        return T[(b & 0x1F) << 6 | ((unsigned char)p[i + 1] & 0x3F)];
+        return td__fast_cls_of(T, (b & 0x1F) << 6 | ((unsigned char)p[i + 1] & 0x3F));
     }
     if (b < 0xF0) {
         *len = 3;
-        return T[(b & 0x0F) << 12 | ((unsigned char)p[i + 1] & 0x3F) << 6 |
-                 ((unsigned char)p[i + 2] & 0x3F)];
+        return td__fast_cls_of(T, (b & 0x0F) << 12 | ((unsigned char)p[i + 1] & 0x3F) << 6 |
+                                      ((unsigned char)p[i + 2] & 0x3F));
     }
     *len = 4;
     return ASK;
@@ -159,7 +186,7 @@ static inline int cls_at(const uint8_t *T, const char *p, size_t i, size_t *len)
 /* The end of the longest run from i of code points whose classes meet `want` (any bit) and, when
  * `none` is set, miss every bit of `none` (want = 0: only the latter). SIZE_MAX: it reached a code
  * point it cannot classify. */
-static inline size_t run_end(const uint8_t *T, const char *p, size_t n, size_t i, int want,
+static inline size_t run_end(const td__fast_cls_t *T, const char *p, size_t n, size_t i, int want,
                              int none)
 {
     while (i < n) {
@@ -182,7 +209,8 @@ static inline size_t crlf_end(const char *p, size_t n, size_t i)
 }
 
 /* \s*[\r\n]+ | \s+(?!\S) | \s+ at i, where p[i] is in \s: always a match. */
-static int ws_alts(const uint8_t *T, const char *p, size_t n, size_t i, bool with_crlf, size_t *me)
+static int ws_alts(const td__fast_cls_t *T, const char *p, size_t n, size_t i, bool with_crlf,
+                   size_t *me)
 {
     size_t e = i, last = i, nl = SIZE_MAX, nch = 0;
     while (e < n) {
@@ -213,13 +241,21 @@ static inline bool ascii_alpha(unsigned char c)
 }
 
 /* \p{N}{1,3} */
-static int m_digits(const uint8_t *T, const char *p, size_t n, size_t off, size_t *ms, size_t *me)
+static int m_digits(const td__fast_cls_t *T, const char *p, size_t n, size_t off, size_t *ms,
+                    size_t *me)
 {
     for (size_t i = off; i < n;) {
         unsigned char b = (unsigned char)p[i];
-        if (b < 0x80) { /* fast path over ASCII */
-            if (!(T[b] & C_N)) {
+        if (b < 0x80) { /* fast paths: ASCII, and code points in blocks without \p{N} */
+            if (!(T->ascii[b] & C_N)) {
                 i++;
+                continue;
+            }
+        } else if (b < 0xF0) {
+            unsigned blk =
+                b < 0xE0 ? (b & 0x1Fu) : (b & 0x0Fu) << 6 | ((unsigned char)p[i + 1] & 0x3Fu);
+            if (!(T->has_n[blk >> 6] >> (blk & 63) & 1)) {
+                i += b < 0xE0 ? 2 : 3;
                 continue;
             }
         }
@@ -276,7 +312,8 @@ static int m_cjk(const char *p, size_t n, size_t off, size_t *ms, size_t *me)
 /* DeepSeek-V3's third:
  *   [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+ | [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+ |
  *    ?[\p{P}\p{S}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+ */
-static int m_ds_words(const uint8_t *T, const char *p, size_t n, size_t off, size_t *ms, size_t *me)
+static int m_ds_words(const td__fast_cls_t *T, const char *p, size_t n, size_t off, size_t *ms,
+                      size_t *me)
 {
     for (size_t i = off; i < n;) {
         size_t l0, l1;
@@ -372,8 +409,8 @@ static size_t contraction(const char *p, size_t n, size_t i, bool caseless)
 /* Llama 3's (OpenAI's cl100k, digits up to 3) and Qwen3's (digits one by one):
  *   (?i:'s|'t|'re|'ve|'m|'ll|'d) | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,3} |
  *    ?[^\s\p{L}\p{N}]+[\r\n]* | \s*[\r\n]+ | \s+(?!\S) | \s+ */
-static int m_cl100k(const uint8_t *T, const char *p, size_t n, size_t off, int maxdig, size_t *ms,
-                    size_t *me)
+static int m_cl100k(const td__fast_cls_t *T, const char *p, size_t n, size_t off, int maxdig,
+                    size_t *ms, size_t *me)
 {
     for (size_t i = off; i < n;) {
         size_t l0, l1;
@@ -448,7 +485,8 @@ static int m_cl100k(const uint8_t *T, const char *p, size_t n, size_t off, int m
 
 /* GPT-2's: 's|'t|'re|'ve|'m|'ll|'d | ?\p{L}+ | ?\p{N}+ | ?[^\s\p{L}\p{N}]+ | \s+(?!\S) | \s+
  * (every code point starts a match) */
-static int m_gpt2(const uint8_t *T, const char *p, size_t n, size_t off, size_t *ms, size_t *me)
+static int m_gpt2(const td__fast_cls_t *T, const char *p, size_t n, size_t off, size_t *ms,
+                  size_t *me)
 {
     if (off >= n)
         return 0;
@@ -488,7 +526,7 @@ static int m_gpt2(const uint8_t *T, const char *p, size_t n, size_t off, size_t 
     return ws_alts(T, p, n, i, false, me);
 }
 
-int td__fast_next(td__fast_t kind, const uint8_t *T, const char *p, size_t n, size_t off,
+int td__fast_next(td__fast_t kind, const td__fast_cls_t *T, const char *p, size_t n, size_t off,
                   size_t *ms, size_t *me)
 {
     switch (kind) {

@@ -182,17 +182,17 @@ START_TEST(test_recognised)
     ck_assert_ptr_null(tok->fast_cls);
     td_tokenizer_free(tok);
     /* the table is PCRE2's classes: a few that Oniguruma and PCRE2 users trip on */
-    const uint8_t *T = every->fast_cls;
-    ck_assert_int_eq(T['a'], 1);     /* L */
-    ck_assert_int_eq(T['7'], 2);     /* N */
-    ck_assert_int_eq(T[0x0301], 4);  /* M */
-    ck_assert_int_eq(T['!'], 8);     /* P */
-    ck_assert_int_eq(T['+'], 16);    /* S */
-    ck_assert_int_eq(T[' '], 32);    /* \s */
-    ck_assert_int_eq(T[0x3000], 32); /* ideographic space */
-    ck_assert_int_eq(T[0x180E], 0);  /* not \s after the loader's rewrite (Cf) */
-    ck_assert_int_eq(T[0x00B2], 2);  /* superscript two: No */
-    ck_assert_int_eq(T[0xD800], 0);  /* surrogates are not in the text */
+    const td__fast_cls_t *T = every->fast_cls;
+    ck_assert_int_eq(T->ascii['a'], 1);               /* L */
+    ck_assert_int_eq(td__fast_cls_of(T, '7'), 2);     /* N */
+    ck_assert_int_eq(td__fast_cls_of(T, 0x0301), 4);  /* M */
+    ck_assert_int_eq(td__fast_cls_of(T, '!'), 8);     /* P */
+    ck_assert_int_eq(td__fast_cls_of(T, '+'), 16);    /* S */
+    ck_assert_int_eq(td__fast_cls_of(T, ' '), 32);    /* \s */
+    ck_assert_int_eq(td__fast_cls_of(T, 0x3000), 32); /* ideographic space */
+    ck_assert_int_eq(td__fast_cls_of(T, 0x180E), 0);  /* not \s after the loader's rewrite (Cf) */
+    ck_assert_int_eq(td__fast_cls_of(T, 0x00B2), 2);  /* superscript two: No */
+    ck_assert_int_eq(td__fast_cls_of(T, 0xD800), 0);  /* surrogates are not in the text */
 }
 END_TEST
 
@@ -359,13 +359,13 @@ START_TEST(test_class_mix)
 {
     uint32_t pool[600];
     size_t np = 0;
-    const uint8_t *T = every->fast_cls;
+    const td__fast_cls_t *T = every->fast_cls;
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (int v = 0; v < 64; v++) { /* up to 6 code points of each class value */
         uint32_t seen[256];
         size_t ns = 0;
         for (uint32_t c = 0; c < 0x10000 && ns < 256; c++)
-            if (T[c] == v && (c < 0xD800 || c > 0xDFFF))
+            if (td__fast_cls_of(T, c) == v && (c < 0xD800 || c > 0xDFFF))
                 seen[ns++] = c;
         for (size_t i = 0; i < ns && i < 6; i++)
             pool[np++] = seen[i < 2 ? i : rnd(&x) % ns];
