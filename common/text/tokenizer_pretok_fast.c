@@ -235,6 +235,19 @@ static int ws_alts(const td__fast_cls_t *T, const char *p, size_t n, size_t i, b
     return 1;
 }
 
+/* Whether any of the 16 bytes at p is in [lo, lo + span) (GCC/Clang vectors: SSE2, NEON). */
+typedef uint8_t td__v16 __attribute__((vector_size(16)));
+static inline bool any16_in(const char *p, uint8_t lo, uint8_t span)
+{
+    td__v16 v;
+    memcpy(&v, p, 16);
+    td__v16 m = (td__v16)((td__v16)(v - lo) < span);
+    uint64_t a, b;
+    memcpy(&a, &m, 8);
+    memcpy(&b, (const char *)&m + 8, 8);
+    return (a | b) != 0;
+}
+
 static inline bool ascii_alpha(unsigned char c)
 {
     return (unsigned char)((c | 0x20) - 'a') < 26;
@@ -249,6 +262,9 @@ static int m_digits(const td__fast_cls_t *T, const char *p, size_t n, size_t off
         if (b < 0x80) { /* fast paths: ASCII, and code points in blocks without \p{N} */
             if (!(T->ascii[b] & C_N)) {
                 i++;
+                /* 16 bytes at a time while they are ASCII and not digits */
+                while (i + 16 <= n && !any16_in(p + i, 0x80, 0x80) && !any16_in(p + i, '0', 10))
+                    i += 16;
                 continue;
             }
         } else if (b < 0xF0) {
@@ -297,8 +313,10 @@ static inline bool cjk_at(const char *p, size_t n, size_t i)
 static int m_cjk(const char *p, size_t n, size_t off, size_t *ms, size_t *me)
 {
     /* a lead byte E3..E9 is never a continuation byte, so bytes can be stepped one at a time */
-    for (size_t i = off; i < n; i++)
-        if (cjk_at(p, n, i)) {
+    for (size_t i = off; i < n; i++) {
+        while (i + 16 <= n && !any16_in(p + i, 0xE3, 7)) /* no lead byte E3..E9 */
+            i += 16;
+        if (i < n && cjk_at(p, n, i)) {
             size_t e = i + 3;
             while (e < n && cjk_at(p, n, e))
                 e += 3;
@@ -306,6 +324,7 @@ static int m_cjk(const char *p, size_t n, size_t off, size_t *ms, size_t *me)
             *me = e;
             return 1;
         }
+    }
     return 0;
 }
 
