@@ -1,5 +1,7 @@
 /* tokenizer_pretok.c: the pre-tokenizer steps (stage 3 of encode): regex and digit splits with
- * HF's split behaviors, depth first, ending in the ByteLevel step that hands words to BPE. */
+ * HF's split behaviors, depth first, ending in the ByteLevel step that hands words to BPE. A
+ * regex's matches come from its hand matcher where it has one (tokenizer_pretok_fast.c) and it
+ * decides, from PCRE2 otherwise. */
 #include "td_error.h"
 #include "tokenizer_impl.h"
 
