@@ -12,6 +12,7 @@
  * above U+FFFF, or a caseless contraction letter that is not ASCII (PCRE2 folds 's' to U+017F),
  * asks PCRE2 instead. test_tokenizer_pretok and fuzz_tokenizer_encode compare both paths. */
 #include "td_error.h"
+#include "td_util.h"
 #include "tokenizer_impl.h"
 
 #include <stdlib.h>
@@ -67,23 +68,6 @@ const char *td__fast_pattern(td__fast_t kind)
 const char *const td__fast_class_pat[TD__FAST_NCLASS] = {"\\p{L}+", "\\p{N}+", "\\p{M}+",
                                                          "\\p{P}+", "\\p{S}+", "\\s+"};
 
-static size_t put_utf8(char *o, uint32_t c)
-{
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xC0 | c >> 6);
-        o[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    o[0] = (char)(0xE0 | c >> 12);
-    o[1] = (char)(0x80 | (c >> 6 & 0x3F));
-    o[2] = (char)(0x80 | (c & 0x3F));
-    return 3;
-}
-
 int td__fast_table(pcre2_code *const cls[TD__FAST_NCLASS], td__fast_cls_t **out)
 {
     *out = NULL;
@@ -101,7 +85,7 @@ int td__fast_table(pcre2_code *const cls[TD__FAST_NCLASS], td__fast_cls_t **out)
     size_t len = 0;
     for (uint32_t c = 0; c < 0x10000; c++)
         if (c < 0xD800 || c > 0xDFFF)
-            len += put_utf8(subj + len, c);
+            len += td_utf8_encode(c, subj + len);
     for (int k = 0; k < TD__FAST_NCLASS && !rc; k++) {
         for (size_t off = 0; off < len;) {
             int m = pcre2_match(cls[k], (PCRE2_SPTR)subj, len, off, PCRE2_NO_UTF_CHECK, md, NULL);

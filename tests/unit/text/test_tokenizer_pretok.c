@@ -19,30 +19,6 @@ static uint64_t rnd(uint64_t *x)
     return *x;
 }
 
-static size_t put_cp(char *o, uint32_t c)
-{
-    if (c < 0x80) {
-        o[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        o[0] = (char)(0xC0 | c >> 6);
-        o[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        o[0] = (char)(0xE0 | c >> 12);
-        o[1] = (char)(0x80 | (c >> 6 & 0x3F));
-        o[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | c >> 18);
-    o[1] = (char)(0x80 | (c >> 12 & 0x3F));
-    o[2] = (char)(0x80 | (c >> 6 & 0x3F));
-    o[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
-
 static td_tokenizer_t *every;
 static pretok_cmp_t cmp;
 static size_t decided[PRETOK_EVERY_N], asked[PRETOK_EVERY_N];
@@ -331,7 +307,7 @@ START_TEST(test_every_code_point)
                         continue;
                     for (const char *q = t[ti]; *q; q++)
                         if (*q == '%')
-                            n += put_cp(buf + n, c);
+                            n += td_utf8_encode(c, buf + n);
                         else
                             buf[n++] = *q;
                 }
@@ -343,7 +319,7 @@ START_TEST(test_every_code_point)
     for (uint32_t c = 0; c < 0x110000; c += c < 0x10000 ? 1 : 97) {
         if (c >= 0xD800 && c <= 0xDFFF)
             continue;
-        size_t n = put_cp(buf, c);
+        size_t n = td_utf8_encode(c, buf);
         bad += check_text(buf, n) != 0;
         strings++;
     }
@@ -386,7 +362,7 @@ START_TEST(test_class_mix)
         for (size_t i = 0; i < len; i++) {
             /* half the time from the named characters, which the patterns decide on */
             uint32_t c = rnd(&x) & 1 ? named[rnd(&x) % TD_ARRAY_LEN(named)] : pool[rnd(&x) % np];
-            n += put_cp(buf + n, c);
+            n += td_utf8_encode(c, buf + n);
         }
         bad += check_text(buf, n) != 0;
         strings++;
