@@ -6,7 +6,8 @@
  *      (tokenizer_added.c);
  *   2. normalize each remaining piece, then split out the normalized added tokens (same file);
  *   3. run the pre-tokenizer steps over each piece (depth first, so no step holds more than the
- *      piece it is splitting), the last being ByteLevel (tokenizer_pretok.c);
+ *      piece it is splitting), the last being ByteLevel (tokenizer_pretok.c; known Split
+ *      patterns matched by hand in tokenizer_pretok_fast.c, PCRE2 otherwise);
  *   4. BPE each resulting word on its bytes (ids of the byte-level chars, merged by rank;
  *      tokenizer_bpe.c);
  *   5. the post-processor's prefix/suffix ids when add_special_tokens (here).

@@ -23,6 +23,27 @@ typedef enum td__pretok_kind {
     TD__PRETOK_DIGITS, /* char::is_numeric split */
 } td__pretok_kind_t;
 
+/* A Split pattern tokenizer_pretok_fast.c matches by hand (recognised by its exact text). */
+typedef enum td__fast {
+    TD__FAST_NONE,      /* PCRE2 alone */
+    TD__FAST_DS_DIGITS, /* DeepSeek-V3's \p{N}{1,3} */
+    TD__FAST_DS_CJK,    /* DeepSeek-V3's CJK run */
+    TD__FAST_DS_WORDS,  /* DeepSeek-V3's words, punctuation and white space */
+    TD__FAST_CL100K,    /* Llama 3's (OpenAI's cl100k) */
+    TD__FAST_QWEN,      /* Qwen3's: cl100k's with digits one by one */
+    TD__FAST_GPT2,      /* GPT-2's (ByteLevel use_regex) */
+} td__fast_t;
+
+/* The classes (bit k: td__fast_class_pat[k]) of each code point of the BMP, in blocks of 64 code
+ * points with equal blocks stored once (the CJK ideographs share one): code point c
+ * has blk[idx[c >> 6] * 64 + (c & 63)]. */
+typedef struct td__fast_cls {
+    uint8_t ascii[128]; /* the first two blocks, for one load */
+    uint64_t has_n[16]; /* bit b: block b holds a \p{N} code point */
+    uint16_t idx[1024]; /* block of each 64 code points */
+    uint8_t blk[];      /* [64 * distinct blocks] */
+} td__fast_cls_t;
+
 /* Most pre-tokenizer steps before ByteLevel (encode keeps per-step scratch). */
 #define TD__MAX_PRETOK 15
 
@@ -33,6 +54,7 @@ typedef struct td__pretok {
     bool invert;            /* Split: the pattern marks what is kept, not the delimiters */
     bool individual_digits; /* Digits */
     pcre2_code *re;         /* Split: compiled pattern (JIT) */
+    td__fast_t fast;        /* Split: the hand matcher of this pattern, or TD__FAST_NONE */
 } td__pretok_t;
 
 /* One added token (tokenizer.json "added_tokens"). */
@@ -305,6 +327,9 @@ struct td_tokenizer {
     size_t npretok;
     bool bl_prefix_space; /* ByteLevel add_prefix_space */
     pcre2_code *bl_re;    /* ByteLevel use_regex: the GPT-2 pattern, or NULL */
+    td__fast_t bl_fast;   /* its hand matcher (TD__FAST_GPT2), or TD__FAST_NONE */
+    struct td__fast_cls *fast_cls; /* PCRE2's classes of the BMP for the hand matchers
+                                      (tokenizer_pretok_fast.c); NULL when none is used */
 
     int32_t *prefix; /* [nprefix] ids the post-processor puts before the text */
     size_t nprefix;
@@ -451,6 +476,38 @@ int td__bpe_flush(const td_tokenizer_t *tok, struct td_scratch *s, td_tokens_t *
  * out. 0, TD_ENOMEM, or TD_EINTERNAL when PCRE2 fails (message set). */
 int td__pretok_run(const td_tokenizer_t *tok, struct td_scratch *s, size_t step, const char *p,
                    size_t n, td_tokens_t *out);
+
+/* The regex matches of a Split step over [p, p+n) as spans (matched ones with match = !invert),
+ * by the hand matcher `fast` where it decides and PCRE2 (re, md, mctx) elsewhere; fast =
+ * TD__FAST_NONE for PCRE2 alone. 0, TD_ENOMEM, or TD_EINTERNAL when PCRE2 fails (message set). */
+int td__regex_split(const td_tokenizer_t *tok, pcre2_match_data *md, pcre2_match_context *mctx,
+                    const pcre2_code *re, td__fast_t fast, const char *p, size_t n, bool invert,
+                    td__spanvec_t *v);
+/* The hand matcher of a pattern's exact text, TD__FAST_NONE when there is none. */
+td__fast_t td__fast_kind(const char *pat, size_t len);
+/* The pattern text of a hand matcher (TD__FAST_DS_DIGITS..TD__FAST_GPT2), NULL for others. */
+const char *td__fast_pattern(td__fast_t kind);
+/* The classes the hand matchers read, as patterns PCRE2 compiles the way the tokenizer's are (bit
+ * k of fast_cls is class k). */
+enum { TD__FAST_NCLASS = 6 };
+extern const char *const td__fast_class_pat[TD__FAST_NCLASS];
+/* Build *out (malloc'd): each BMP code point's classes, found by running the compiled
+ * td__fast_class_pat over every one. 0, TD_ENOMEM or TD_EINTERNAL. */
+int td__fast_table(pcre2_code *const cls[TD__FAST_NCLASS], td__fast_cls_t **out);
+/* The classes of BMP code point c. */
+static inline int td__fast_cls_of(const td__fast_cls_t *T, uint32_t c)
+{
+    return T->blk[(size_t)T->idx[c >> 6] * 64 + (c & 63)];
+}
+/* The next match of `kind` in [p, p+n) at or after off, with classes T (tok->fast_cls): 1 and
+ * [*ms, *me), 0 when there is none, or TD__FAST_ASK when PCRE2 must decide (a code point above
+ * U+FFFF, a caseless letter that is not ASCII). */
+#define TD__FAST_ASK (-1)
+int td__fast_next(td__fast_t kind, const td__fast_cls_t *T, const char *p, size_t n,
+                  size_t off, size_t *ms, size_t *me);
+/* Turn the hand matchers off: PCRE2 alone from then on (the tests' and benchmarks' reference;
+ * before the tokenizer is shared). */
+void td__fast_off(td_tokenizer_t *tok);
 
 /* What td__split_added hands the text between added tokens to. */
 typedef int (*td__segment_fn)(const td_tokenizer_t *tok, struct td_scratch *s, const char *p,

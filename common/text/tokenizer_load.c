@@ -115,6 +115,7 @@ static int load_json(td_tokenizer_t *tok, json_object *root, json_object *cfg, c
     bool have_bl = false;
     if (pt && (rc = td__parse_pretok(&L, pt, "pre_tokenizer", true, &have_bl)))
         return rc;
+    td__pretok_fast_init(&L);
     if (!have_bl)
         return td_err_set(TD_ENOTSUP,
                           "%s: field \"pre_tokenizer\": a ByteLevel pre-tokenizer is required "
@@ -251,6 +252,7 @@ void td_tokenizer_free(td_tokenizer_t *tok)
             pcre2_code_free(tok->pretok[i].re);
     if (tok->bl_re)
         pcre2_code_free(tok->bl_re);
+    free(tok->fast_cls);
     free(tok->pretok);
     free(tok->prefix);
     free(tok->suffix);

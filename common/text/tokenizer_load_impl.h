@@ -65,6 +65,9 @@ int td__parse_normalizer(td__ld_t *L, json_object *n, const char *path, int *fla
 int td__parse_pretok(td__ld_t *L, json_object *p, const char *path, bool last, bool *have_bl);
 /* "added_tokens" (NULL: none), after the model and the normalizer. (tokenizer_load_added.c) */
 int td__parse_added(td__ld_t *L, json_object *arr);
+/* After the pre-tokenizer: the class table its hand-matched patterns read.
+ * (tokenizer_load_pretok.c) */
+void td__pretok_fast_init(td__ld_t *L);
 /* "post_processor" (NULL: none): the prefix and suffix ids. (tokenizer_load_post.c) */
 int td__parse_post(td__ld_t *L, json_object *p, const char *path);
 /* "decoder": must be ByteLevel, alone or in a one-element Sequence. (tokenizer_load_post.c) */

@@ -264,6 +264,8 @@ int td__parse_pretok(td__ld_t *L, json_object *p, const char *path, bool last, b
                 return rc;
             st.re = regex_compile(L->file, ppr, json_object_get_string(re),
                                   (size_t)json_object_get_string_len(re));
+            st.fast =
+                td__fast_kind(json_object_get_string(re), (size_t)json_object_get_string_len(re));
         } else if (str) {
             snprintf(ppr, sizeof(ppr), "%s.String", pp);
             if ((rc = td__want_type(L, str, json_type_string, ppr)))
@@ -313,10 +315,36 @@ int td__parse_pretok(td__ld_t *L, json_object *p, const char *path, bool last, b
             tok->bl_re = regex_compile(L->file, pp, gpt2_pattern, sizeof(gpt2_pattern) - 1);
             if (!tok->bl_re)
                 return TD_EINTERNAL;
+            tok->bl_fast = td__fast_kind(gpt2_pattern, sizeof(gpt2_pattern) - 1);
         }
         *have_bl = true;
         return 0;
     }
     return td_err_set(TD_ENOTSUP, "%s: field \"%s.type\": pre-tokenizer \"%s\" is not supported",
                       L->file, path, type);
+}
+
+/* After the pre-tokenizer: the class table of the hand matchers, when a step has one that reads
+ * it. They are only faster, never required: without the table (out of memory) PCRE2 does it all. */
+void td__pretok_fast_init(td__ld_t *L)
+{
+    td_tokenizer_t *tok = L->tok;
+    bool need = tok->bl_fast != TD__FAST_NONE;
+    for (size_t i = 0; i < tok->npretok; i++)
+        need |= tok->pretok[i].fast != TD__FAST_NONE && tok->pretok[i].fast != TD__FAST_DS_CJK;
+    if (!need)
+        return;
+    pcre2_code *cls[TD__FAST_NCLASS] = {0};
+    int ok = 1;
+    for (int k = 0; k < TD__FAST_NCLASS; k++) {
+        const char *pat = td__fast_class_pat[k];
+        ok &= (cls[k] = regex_compile(L->file, "pre_tokenizer", pat, strlen(pat))) != NULL;
+    }
+    if (!ok || td__fast_table(cls, &tok->fast_cls)) {
+        td__fast_off(tok);
+        td_err_clear();
+    }
+    for (int k = 0; k < TD__FAST_NCLASS; k++)
+        if (cls[k])
+            pcre2_code_free(cls[k]);
 }

@@ -1,5 +1,7 @@
 /* tokenizer_pretok.c: the pre-tokenizer steps (stage 3 of encode): regex and digit splits with
- * HF's split behaviors, depth first, ending in the ByteLevel step that hands words to BPE. */
+ * HF's split behaviors, depth first, ending in the ByteLevel step that hands words to BPE. A
+ * regex's matches come from its hand matcher where it has one (tokenizer_pretok_fast.c) and it
+ * decides, from PCRE2 otherwise. */
 #include "td_error.h"
 #include "tokenizer_impl.h"
 
@@ -29,8 +31,9 @@ static int spans_push(td__spanvec_t *v, size_t start, size_t end, bool match)
     return 0;
 }
 
-static int regex_matches(const td_tokenizer_t *tok, struct td_scratch *s, const pcre2_code *re,
-                         const char *p, size_t n, bool invert, td__spanvec_t *v)
+int td__regex_split(const td_tokenizer_t *tok, pcre2_match_data *md, pcre2_match_context *mctx,
+                    const pcre2_code *re, td__fast_t fast, const char *p, size_t n, bool invert,
+                    td__spanvec_t *v)
 {
     size_t off = 0, prev = 0;
     size_t last_end = SIZE_MAX;
@@ -40,8 +43,22 @@ static int regex_matches(const td_tokenizer_t *tok, struct td_scratch *s, const 
     if (pcre2_pattern_info(re, PCRE2_INFO_JITSIZE, &jit) != 0)
         jit = 0;
     while (off <= n) {
-        int rc = jit ? pcre2_jit_match(re, (PCRE2_SPTR)p, n, off, 0, s->md, s->mctx)
-                     : pcre2_match(re, (PCRE2_SPTR)p, n, off, PCRE2_NO_UTF_CHECK, s->md, s->mctx);
+        size_t ms, me;
+        if (fast) { /* the hand matcher, where it can decide (tokenizer_pretok_fast.c) */
+            int f = td__fast_next(fast, tok->fast_cls, p, n, off, &ms, &me);
+            if (f == 0)
+                break;
+            if (f == 1) {
+                if (prev != ms && spans_push(v, prev, ms, invert))
+                    return TD_ENOMEM;
+                if (spans_push(v, ms, me, !invert))
+                    return TD_ENOMEM;
+                prev = off = last_end = me;
+                continue;
+            }
+        }
+        int rc = jit ? pcre2_jit_match(re, (PCRE2_SPTR)p, n, off, 0, md, mctx)
+                     : pcre2_match(re, (PCRE2_SPTR)p, n, off, PCRE2_NO_UTF_CHECK, md, mctx);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
         if (rc < 0) {
@@ -50,8 +67,9 @@ static int regex_matches(const td_tokenizer_t *tok, struct td_scratch *s, const 
             return td_err_set(TD_EINTERNAL, "%s: pre-tokenizer regex failed: %s", tok->name,
                               (char *)msg);
         }
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
-        size_t ms = ov[0], me = ov[1];
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        ms = ov[0];
+        me = ov[1];
         if (me == ms) { /* empty match: never right after the previous match, then step on */
             size_t cl = 1;
             if (ms < n)
@@ -167,7 +185,7 @@ static int bytelevel_step(const td_tokenizer_t *tok, struct td_scratch *s, const
         return td__bpe_word(tok, s, p, n, out);
     td__spanvec_t *v = &s->lv[tok->npretok];
     v->n = 0;
-    if ((rc = regex_matches(tok, s, tok->bl_re, p, n, false, v)))
+    if ((rc = td__regex_split(tok, s->md, s->mctx, tok->bl_re, tok->bl_fast, p, n, false, v)))
         return rc;
     for (size_t i = 0; i < v->n; i++)
         if ((rc = td__bpe_word(tok, s, p + v->v[i].start, v->v[i].end - v->v[i].start, out)))
@@ -185,8 +203,9 @@ int td__pretok_run(const td_tokenizer_t *tok, struct td_scratch *s, size_t step,
     const td__pretok_t *pt = &tok->pretok[step];
     td__spanvec_t *v = &s->lv[step];
     v->n = 0;
-    int rc = pt->kind == TD__PRETOK_SPLIT ? regex_matches(tok, s, pt->re, p, n, pt->invert, v)
-                                          : digit_matches(p, n, v);
+    int rc = pt->kind == TD__PRETOK_SPLIT
+                 ? td__regex_split(tok, s->md, s->mctx, pt->re, pt->fast, p, n, pt->invert, v)
+                 : digit_matches(p, n, v);
     if (rc)
         return rc;
     apply_behavior(v, pt->behavior);

@@ -1,13 +1,17 @@
 /* fuzz_tokenizer_encode.c: libFuzzer target for encoding and decoding. Loads the tokenizer named
  * by TD_FUZZ_TOKENIZER (a model directory or tokenizer.json; default: Llama 3's from
  * tests/node) once. For every input: ids are in range; the longest-match encoder gives what BPE
- * by merging gives (a second copy loaded without it); decode(encode(x)) == x for valid UTF-8
- * (byte-level BPE without a normalizer is lossless); streaming decode equals full decode and
- * only ever emits valid UTF-8. The first input byte picks add_special_tokens / skip_special. */
+ * by merging gives (a second copy loaded without it); the pre-tokenizer's hand matchers give what
+ * PCRE2 alone gives, both in encode (a third copy with them off) and split by split for every
+ * pattern they know (pretok_every.h) on the input made valid UTF-8; decode(encode(x)) == x for
+ * valid UTF-8 (byte-level BPE without a normalizer is lossless); streaming decode equals full
+ * decode and only ever emits valid UTF-8. The first input byte picks add_special_tokens /
+ * skip_special. */
 #include "fuzz.h"
 #include "td_error.h"
 #include "td_tokenizer.h"
-#include "tokenizer_impl.h" /* td__bpe_match_free */
+#include "tokenizer_impl.h" /* td__bpe_match_free, td__fast_off */
+#include "../unit/text/pretok_every.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -17,6 +21,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static td_tokenizer_t *tok, *merging; /* merging: the same without the longest-match encoder */
+static td_tokenizer_t *plain;         /* the same with PCRE2 alone in the pre-tokenizer */
+static td_tokenizer_t *every;         /* every hand-matched pattern (pretok_every.h) */
+static pretok_cmp_t cmp;
 
 static bool valid_utf8(const char *s, size_t n)
 {
@@ -41,11 +48,16 @@ static void load_once(void)
                  src ? src : ".");
         p = def;
     }
-    if (td_tokenizer_load(p, &tok) || td_tokenizer_load(p, &merging)) {
+    if (td_tokenizer_load(p, &tok) || td_tokenizer_load(p, &merging) ||
+        td_tokenizer_load(p, &plain)) {
         fprintf(stderr, "fuzz_tokenizer_encode: %s\n", td_err_msg());
         abort();
     }
     td__bpe_match_free(merging);
+    td__fast_off(plain);
+    if (!(every = pretok_every_load()))
+        abort();
+    pretok_cmp_init(&cmp);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -69,7 +81,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (ids.len && memcmp(ref.ids, ids.ids, ids.len * sizeof(int32_t))))
         abort();
     td_tokens_free(&ref);
+    td_tokens_init(&ref);
+    if (td_tokenizer_encode(plain, text, n, special, &ref) || ref.len != ids.len ||
+        (ids.len && memcmp(ref.ids, ids.ids, ids.len * sizeof(int32_t))))
+        abort();
+    td_tokens_free(&ref);
     td_buf_t full, acc, piece;
+    td_buf_init(&piece); /* the input as valid UTF-8 (U+FFFD for each bad byte), as encode has it */
+    for (size_t i = 0; i < n;) {
+        size_t l = td_utf8_valid_len((const uint8_t *)text + i, n - i);
+        if (l)
+            td_buf_append(&piece, text + i, l);
+        else
+            td_buf_append_str(&piece, "\xEF\xBF\xBD");
+        i += l ? l : 1;
+    }
+    for (int k = 0; k < PRETOK_EVERY_N; k++)
+        if (!pretok_same(&cmp, every, k, piece.data ? piece.data : "", piece.len))
+            abort();
+    td_buf_free(&piece);
     td_buf_init(&full);
     td_buf_init(&acc);
     td_buf_init(&piece);
