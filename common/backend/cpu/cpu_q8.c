@@ -248,7 +248,8 @@ KI void split16(__m256i v, int16_t *dst)
 #define KC 24 /* blocks per pass of tile16: one pass's operands stay in L1 */
 
 /* R rows (w16 + r * lw: per block E then O, 32 int16; row r's step ws[8 * b + 4 * r .. + 3],
- * four copies) against TN tokens (q16 + t * lq, the same layout; block b's step
+ * four copies) against TN tokens (the same layout, token t's block b at q16 + t * lq + b * TN *
+ * 32: a group of four tokens interleaved block by block, one sequential stream; block b's step
  * d[b * ldd + t]), blocks [b0, b1) of nb. The accumulators start at zero where b0 is 0, else
  * from acc_io[r][t]; they go back to acc_io where b1 < nb, else their lane trees to
  * out[t * out_ld + r]. A row longer than KC blocks takes several passes, so that one pass's
@@ -290,8 +291,9 @@ KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, c
         }
 #pragma GCC unroll 4
         for (int t = 0; t < TN; t++) {
-            __m256i qe = _mm256_loadu_si256((const __m256i *)(q16 + t * lq + b * QK));
-            __m256i qo = _mm256_loadu_si256((const __m256i *)(q16 + t * lq + b * QK + 16));
+            const int16_t *qb = q16 + t * lq + b * TN * QK;
+            __m256i qe = _mm256_loadu_si256((const __m256i *)qb);
+            __m256i qo = _mm256_loadu_si256((const __m256i *)(qb + 16));
             __asm__("" : "+x"(qe), "+x"(qo));
 #pragma GCC unroll 2
             for (int r = 0; r < R; r++) {
@@ -364,10 +366,12 @@ KI void widen(td_dtype_t t, const uint8_t *row, size_t rb, int R, int64_t n, int
 K static void widen_act(const td_q8_act_t *a, int64_t t)
 {
     const int64_t n = a->n, nb = n / QK;
+    const bool grouped = t < a->T / 4 * 4;
+    int16_t *dst = a->q16 + (grouped ? t / 4 * 4 * n + t % 4 * QK : t * n);
     for (int64_t b = 0; b < nb; b++)
         split16(_mm256_loadu_si256((const __m256i *)(a->q + t * n + b * QK)),
-                a->q16 + t * n + b * QK);
-    if (t < a->T / 4 * 4)
+                dst + b * (grouped ? 4 : 1) * QK);
+    if (grouped)
         for (int64_t b = 0; b < nb; b++)
             a->d4[t / 4 * 4 * nb + 4 * b + t % 4] = a->d[b * a->T + t];
 }
@@ -428,7 +432,7 @@ K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_
                             _mm_prefetch((const char *)nx + (size_t)i * rb + p, _MM_HINT_T0);
                     done = e;
                 }
-                f4(w, n, s, q16 + t * n, n, d4 + t * nb, 4, nb, b0, b1, accb ? acc[t / 4] : a1,
+                f4(w, n, s, q16 + t * n, QK, d4 + t * nb, 4, nb, b0, b1, accb ? acc[t / 4] : a1,
                    out + t * out_ld + r, out_ld);
             }
             for (; t < T; t++) { /* the last tile's accumulators: one token each */
