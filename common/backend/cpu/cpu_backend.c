@@ -279,7 +279,7 @@ static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld
     const bool wide = td__cpu_q8_wide(T);
     /* per token: int8 values and steps; wide, 16-bit values and grouped steps */
     const int64_t per_tok = n + 4 * nb + (wide ? 2 * n + 4 * nb : 0);
-    const int64_t group = XQ_BYTES / per_tok;
+    const int64_t group = (XQ_BYTES - 32) / per_tok; /* 32: q16's alignment */
     TD_ASSERT(group >= 4);
     for (int64_t t0 = 0; t0 < T; t0 += group) {
         int64_t G = TD_MIN(group, T - t0);
@@ -294,8 +294,9 @@ static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld
         mmq_job_t j = {c, W, &a, x + t0 * x_ld, x_ld, out + t0 * out_ld, out_ld};
         td_cpu_pool_run(G < 8 ? NULL : c->pool, G, 0, mmq_quant, &j);
         int64_t work = W->rows * n * G; /* small products are not worth waking the others */
-        /* several chunks per thread, in the prefill tiles' row pairs (with one token, a chunk
-         * per thread: its rows are one sequential stream the decode kernel prefetches along) */
+        /* several chunks per thread, in the prefill tiles' row pairs (under four tokens, one
+         * range per thread: its rows are one sequential stream the decode kernel prefetches
+         * along) */
         td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows,
                         G >= 4 ? grain(c, W->rows, 8, 2, 16) : 0, mmq_rows, &j);
     }
