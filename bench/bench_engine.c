@@ -5,11 +5,13 @@
  * the same run, over the measured step time.
  *
  * usage: bench_engine MODEL [--threads N] [--prompt N] [--decode N] [--batch B,B,...]
- *                     [--anon-weights 0|1]
+ *                     [--anon-weights 0|1] [--prefills N]
  *
+ * --prefills N runs the prefill N times (each a fresh sequence; default 1), prints each run and
+ * then the median's line, for A/B comparisons that want many rounds without reloading the model.
  * --anon-weights 1 moves the weights to anonymous memory on huge pages first
  * (td_model_weights_to_anon) and says how much of them the kernel put on huge pages. Each decode
- * line also gives the process's CPU time over the steps, which does not count the time the
+ * and prefill line also gives the process's CPU time over the steps, which does not count the time the
  * threads waited for a core on a loaded machine.
  *
  * Not run by `meson test`; figures go to BENCHMARKS.md. The llama.cpp side of the comparison is
@@ -133,14 +135,20 @@ static double read_bandwidth(int threads)
     return best;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_engine MODEL [--threads N] [--prompt N] [--decode N] "
-                        "[--batch B,B,...] [--anon-weights 0|1]\n");
+                        "[--batch B,B,...] [--anon-weights 0|1] [--prefills N]\n");
         return 2;
     }
-    int threads = 1, prompt = 128, decode = 32, batches[8] = {1, 16}, nb = 2, anon = 0;
+    int threads = 1, prompt = 128, decode = 32, batches[8] = {1, 16}, nb = 2, anon = 0, prefills = 1;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--threads") == 0)
             threads = atoi(argv[i + 1]);
@@ -148,6 +156,8 @@ int main(int argc, char **argv)
             prompt = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--decode") == 0)
             decode = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--prefills") == 0)
+            prefills = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--anon-weights") == 0)
             anon = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--batch") == 0) {
@@ -161,7 +171,8 @@ int main(int argc, char **argv)
             }
         }
     }
-    if (threads < 1 || threads > 64 || prompt < 24 || decode < 1) {
+    if (threads < 1 || threads > 64 || prompt < 24 || decode < 1 || prefills < 1 ||
+        prefills > 1000) {
         fprintf(stderr, "bench_engine: bad arguments\n");
         return 2;
     }
@@ -220,17 +231,34 @@ int main(int argc, char **argv)
     printf("warm-up: 16 tokens in %.3f s (the first step after loading)\n", td_now_s() - tw);
     td_kv_seq_release(&pool, &s);
 
-    /* prefill: one sequence, the whole prompt in one step */
-    td_kv_seq_init(&s);
-    td_batch_seq_t b = {&s, toks, prompt, logits};
-    double t0 = td_now_s();
-    if (td_engine_step(e, &pool, &b, 1)) {
-        fprintf(stderr, "bench_engine: %s\n", td_err_msg());
-        return 1;
+    /* prefill: one sequence, the whole prompt in one step; with --prefills, the median run */
+    double *tps = malloc((size_t)prefills * 2 * sizeof(double)), *tcs = tps + prefills;
+    for (int r = 0; r < prefills; r++) {
+        td_kv_seq_init(&s);
+        td_batch_seq_t b = {&s, toks, prompt, logits};
+        double t0 = td_now_s(), c0 = cpu_s();
+        if (td_engine_step(e, &pool, &b, 1)) {
+            fprintf(stderr, "bench_engine: %s\n", td_err_msg());
+            return 1;
+        }
+        tps[r] = td_now_s() - t0;
+        tcs[r] = cpu_s() - c0;
+        td_kv_seq_release(&pool, &s);
+        if (prefills > 1)
+            printf("prefill run %d: %d tokens in %.3f s (CPU %.3f s): %.1f tokens/s\n", r + 1,
+                   prompt, tps[r], tcs[r], prompt / tps[r]);
     }
-    double tp = td_now_s() - t0;
-    printf("prefill: %d tokens in %.3f s: %.1f tokens/s\n", prompt, tp, prompt / tp);
-    td_kv_seq_release(&pool, &s);
+    qsort(tps, (size_t)prefills, sizeof(double), cmp_double);
+    qsort(tcs, (size_t)prefills, sizeof(double), cmp_double);
+    double tp = tps[prefills / 2], tpc = tcs[prefills / 2];
+    if (prefills > 1)
+        printf("prefill: median of %d runs (spread %.3f-%.3f s; median CPU %.3f s, %.3f-%.3f): "
+               "%.1f tokens/s\n",
+               prefills, tps[0], tps[prefills - 1], tpc, tcs[0], tcs[prefills - 1], prompt / tp);
+    else
+        printf("prefill: %d tokens in %.3f s (CPU %.3f s): %.1f tokens/s\n", prompt, tp, tpc,
+               prompt / tp);
+    free(tps);
 
     double kv_tok = (double)lay.token_floats * sizeof(float) * c->n_layers;
     for (int bi = 0; bi < nb; bi++) {
@@ -246,8 +274,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_engine: %s\n", td_err_msg());
             return 1;
         }
-        double bytes = 0, c0 = cpu_s();
-        t0 = td_now_s();
+        double bytes = 0, c0 = cpu_s(), t0 = td_now_s();
         for (int k = 0; k < decode; k++) {
             for (int q = 0; q < B; q++) {
                 next[q] = toks[(k + q) % prompt];

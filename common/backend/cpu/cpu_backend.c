@@ -13,14 +13,15 @@
     65536             /* per-thread dequantisation buffer: rows are converted in chunks;           \
                         a multiple of 2 x 256 so chunks keep every block format's blocks whole */
 #define MAX_HEAD TD_CPU_MAX_HEAD /* largest head width / latent rank attention accumulates */
-#define XQ_BYTES (1 << 20)       /* activations quantised for Q8_0 / Q4_0 weights (cpu_q8.c) */
+#define XQ_BYTES (4 << 20)       /* activations quantised for Q8_0 / Q4_0 weights (cpu_q8.c) */
 
 typedef struct cpu {
     td_cpu_pool_t *pool;
     float **scratch; /* [n_threads][SCRATCH_FLOATS] */
     int n_threads;
     bool f32_act;    /* Q8_0 / Q4_0 weights against fp32 activations (td_cpu_opts_t) */
-    void *xq;        /* [XQ_BYTES]: a group of tokens' scales (floats), then their int8 values */
+    void *xq; /* [XQ_BYTES]: a group of tokens' steps (floats), their int8 values, then where
+                 wide their 16-bit copies and grouped steps (td_q8_act_t) */
 } cpu_t;
 
 /* 8-float vectors pass between inlined helpers only; the ABI note does not apply. */
@@ -234,13 +235,15 @@ static void mm_rows(void *arg, int64_t r0, int64_t r1, int tid)
     }
 }
 
-/* Q8_0 / Q4_0 weights against 8-bit activations: the tokens of a group quantised once, then
- * every thread's rows against all of them. */
+/* Q8_0 / Q4_0 weights against 8-bit activations: the tokens of a group quantised once (with
+ * their 16-bit copies for the prefill tiles), then every thread's chunks of rows against all of
+ * them. */
 typedef struct mmq_job {
+    cpu_t *c;
     const td_mat_t *W;
-    const int8_t *q;
-    const float *d;
-    int64_t T;
+    const td_q8_act_t *a;
+    const float *x;
+    int x_ld;
     float *out;
     int out_ld;
 } mmq_job_t;
@@ -248,42 +251,54 @@ typedef struct mmq_job {
 static void mmq_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
     const mmq_job_t *j = arg;
-    (void)tid;
-    td__cpu_q8_rows(j->W, r0, r1, j->q, j->d, j->T, j->out, j->out_ld);
+    td__cpu_q8_rows(j->W, r0, r1, j->a, j->out, j->out_ld, j->c->scratch[tid],
+                    SCRATCH_FLOATS * sizeof(float));
 }
-
-typedef struct mmq_quant {
-    const float *x;
-    int x_ld;
-    int64_t T, n;
-    int8_t *q;
-    float *d;
-} mmq_quant_t;
 
 /* Tokens [t0, t1) of a group quantised (each on its own: the split does not change a value). */
 static void mmq_quant(void *arg, int64_t t0, int64_t t1, int tid)
 {
-    const mmq_quant_t *j = arg;
+    const mmq_job_t *j = arg;
     (void)tid;
-    td__cpu_quant_act(j->x + t0 * j->x_ld, j->x_ld, t1 - t0, j->n, j->q + t0 * j->n, j->d + t0,
-                      j->T);
+    td__cpu_quant_act(j->x, j->x_ld, j->a, t0, t1);
+}
+
+/* Rows per chunk of a pool job: about `per` chunks per thread, a multiple of `align` rows (the
+ * tiles' row groups), at least `min` rows. */
+static int64_t grain(const cpu_t *c, int64_t rows, int per, int64_t align, int64_t min)
+{
+    int64_t g = rows / ((int64_t)c->n_threads * per);
+    g = TD_MAX(g, min);
+    return (g + align - 1) / align * align;
 }
 
 static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld, int T,
                       const td_mat_t *W)
 {
-    const int64_t n = W->cols, per_tok = n + (int64_t)sizeof(float) * (n / 32);
-    const int64_t group = XQ_BYTES / per_tok;
-    TD_ASSERT(group >= 1);
+    const int64_t n = W->cols, nb = n / 32;
+    const bool wide = td__cpu_q8_wide(T);
+    /* per token: int8 values and steps; wide, 16-bit values and grouped steps */
+    const int64_t per_tok = n + 4 * nb + (wide ? 2 * n + 4 * nb : 0);
+    const int64_t group = (XQ_BYTES - 32) / per_tok; /* 32: q16's alignment */
+    TD_ASSERT(group >= 4);
     for (int64_t t0 = 0; t0 < T; t0 += group) {
         int64_t G = TD_MIN(group, T - t0);
+        const bool w = td__cpu_q8_wide(G);
         float *d = c->xq;
-        int8_t *q = (int8_t *)(d + G * (n / 32));
-        mmq_quant_t jq = {x + t0 * x_ld, x_ld, G, n, q, d};
-        td_cpu_pool_run(G < 8 ? NULL : c->pool, G, mmq_quant, &jq);
-        mmq_job_t j = {W, q, d, G, out + t0 * out_ld, out_ld};
+        int8_t *q = (int8_t *)(d + G * nb);
+        /* the 16-bit copies 32-byte aligned after the int8 values */
+        int16_t *q16 = w ? (int16_t *)(((uintptr_t)(q + G * n) + 31) & ~(uintptr_t)31) : NULL;
+        float *d4 = w ? (float *)(q16 + G * n) : NULL;
+        TD_ASSERT(!w || (uint8_t *)(d4 + G * nb) <= (uint8_t *)c->xq + XQ_BYTES);
+        td_q8_act_t a = {G, n, q, d, q16, d4};
+        mmq_job_t j = {c, W, &a, x + t0 * x_ld, x_ld, out + t0 * out_ld, out_ld};
+        td_cpu_pool_run(G < 8 ? NULL : c->pool, G, 0, mmq_quant, &j);
         int64_t work = W->rows * n * G; /* small products are not worth waking the others */
-        td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows, mmq_rows, &j);
+        /* several chunks per thread, in the prefill tiles' row pairs (under four tokens, one
+         * range per thread: its rows are one sequential stream the decode kernel prefetches
+         * along) */
+        td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows,
+                        G >= 4 ? grain(c, W->rows, 8, 2, 16) : 0, mmq_rows, &j);
     }
 }
 
@@ -298,7 +313,7 @@ static void cpu_matmul(td_backend_t *b, float *out, int out_ld, const float *x, 
     mm_job_t j = {c, out, out_ld, x, x_ld, T, W};
     /* small products are not worth waking the other threads */
     int64_t work = W->rows * W->cols * (int64_t)T;
-    td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows, mm_rows, &j);
+    td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows, 0, mm_rows, &j);
 }
 
 typedef struct mmt_job {
@@ -332,7 +347,7 @@ static void cpu_matmul_t(td_backend_t *b, float *out, int out_ld, const float *x
     cpu_t *c = b->impl;
     TD_ASSERT(W->cols <= SCRATCH_FLOATS);
     mmt_job_t j = {c, out, out_ld, x, x_ld, W, row0, n_rows};
-    td_cpu_pool_run(T < 2 ? NULL : c->pool, T, mmt_tokens, &j);
+    td_cpu_pool_run(T < 2 ? NULL : c->pool, T, 0, mmt_tokens, &j);
 }
 
 /* ---------- elementwise ---------- */
@@ -372,15 +387,33 @@ static void cpu_rope(td_backend_t *b, float *x, int ld, int T, int n_heads, int 
     }
 }
 
+typedef struct silu_job {
+    float *g;
+    int g_ld;
+    const float *u;
+    int u_ld, n;
+} silu_job_t;
+
+static void silu_tokens(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    const silu_job_t *j = arg;
+    (void)tid;
+    for (int64_t t = t0; t < t1; t++) {
+        float *gr = j->g + (size_t)t * j->g_ld;
+        const float *ur = j->u + (size_t)t * j->u_ld;
+        for (int i = 0; i < j->n; i++)
+            gr[i] = gr[i] / (1.0f + expf(-gr[i])) * ur[i];
+    }
+}
+
+/* Split over tokens (each value on its own: the split changes none): at 128 tokens of the
+ * ~100M llama its expf calls were a twentieth of a prefill's time on the caller alone. */
 static void cpu_silu_mul(td_backend_t *b, float *g, int g_ld, const float *u, int u_ld, int T,
                          int n)
 {
-    for (int t = 0; t < T; t++) {
-        float *gr = g + (size_t)t * g_ld;
-        const float *ur = u + (size_t)t * u_ld;
-        for (int i = 0; i < n; i++)
-            gr[i] = gr[i] / (1.0f + expf(-gr[i])) * ur[i];
-    }
+    cpu_t *c = b->impl;
+    silu_job_t j = {g, g_ld, u, u_ld, n};
+    td_cpu_pool_run((int64_t)T * n < 32768 ? NULL : c->pool, T, 0, silu_tokens, &j);
 }
 
 static void cpu_add(td_backend_t *b, float *x, const float *y, size_t n)
@@ -462,7 +495,7 @@ static void cpu_attn_gqa(td_backend_t *b, float *out, int out_ld, const float *q
     TD_ASSERT(head_dim <= MAX_HEAD);
     attn_job_t j = {out,  out_ld, q,       q_ld,       NULL,     0, 0,    toks,
                     pool, layer,  n_heads, n_kv_heads, head_dim, 0, scale};
-    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, gqa_items, &j);
+    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, grain(c, (int64_t)T * n_heads, 8, 1, 1), gqa_items, &j);
 }
 
 static void mla_items(void *arg, int64_t i0, int64_t i1, int tid)
@@ -497,7 +530,7 @@ static void cpu_attn_mla(td_backend_t *b, float *out, const float *q_lat, const 
     TD_ASSERT(kv_rank <= MAX_HEAD);
     attn_job_t j = {out,  0,     q_lat,   0, q_pe,    q_pe_ld,  q_pe_head_ld, toks,
                     pool, layer, n_heads, 0, kv_rank, rope_dim, scale};
-    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, mla_items, &j);
+    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, 0, mla_items, &j);
 }
 
 /* ---------- lifecycle ---------- */
@@ -555,7 +588,7 @@ td_backend_t *td_cpu_backend_create_opts(const td_cpu_opts_t *o)
     if (!c->scratch)
         goto err;
     for (int i = 0; i < n_threads; i++)
-        if (!(c->scratch[i] = malloc(SCRATCH_FLOATS * sizeof(float))))
+        if (!(c->scratch[i] = aligned_alloc(64, SCRATCH_FLOATS * sizeof(float))))
             goto err;
     if (!(c->pool = td_cpu_pool_create(n_threads)))
         goto err;

@@ -24,7 +24,8 @@
 #define TD_CPU_VECTORIZE
 #endif
 
-/* A fixed pool of threads that split index ranges. The caller's thread takes part. */
+/* A fixed pool of threads that share out index ranges in chunks (pool.c). The caller's thread
+ * takes part. */
 typedef struct td_cpu_pool td_cpu_pool_t;
 
 /* fn(ctx, begin, end, tid) runs on thread tid for [begin, end); tid < n_threads. */
@@ -33,9 +34,13 @@ typedef void (*td_cpu_job_fn)(void *ctx, int64_t begin, int64_t end, int tid);
 /* n_threads >= 1 (the caller counts as one). NULL on failure. */
 td_cpu_pool_t *td_cpu_pool_create(int n_threads);
 void td_cpu_pool_free(td_cpu_pool_t *p);
-/* Split [0, n) into one contiguous range per thread and wait for all. A NULL pool runs fn
- * on the caller alone. Not reentrant: one caller at a time. */
-void td_cpu_pool_run(td_cpu_pool_t *p, int64_t n, td_cpu_job_fn fn, void *ctx);
+/* Threads including the caller; 1 for a NULL pool. */
+int td_cpu_pool_threads(const td_cpu_pool_t *p);
+/* Run fn over [0, n) and wait for it: chunks [k * grain, (k + 1) * grain) (the last one cut at
+ * n), each to whichever thread asks next, so that which thread runs a chunk varies from run to
+ * run; grain < 1 means one chunk per thread. With one thread, a NULL pool or n <= grain, one
+ * call fn(ctx, 0, n, 0) on the caller. Not reentrant: one caller at a time. */
+void td_cpu_pool_run(td_cpu_pool_t *p, int64_t n, int64_t grain, td_cpu_job_fn fn, void *ctx);
 
 /* Fill b's memory hooks (cpu_mem.c): host memory for every kind. */
 struct td_backend;
@@ -90,13 +95,25 @@ bool td__cpu_dot_rows(const td_mat_t *W, int64_t r0, int64_t r1, int64_t c0, int
 /* cpu_q8.c: Q8_0 / Q4_0 weights against activations quantised to 8 bits (llama.cpp's Q8_0). */
 /* Whether weights of type t take 8-bit activations (Q8_0, Q4_0). */
 bool td__cpu_q8_act(td_dtype_t t);
-/* T rows of n values (x, x + x_ld, ...; n a multiple of 32) as Q8_0 blocks: q[T][n] and the
- * blocks' steps d[b * ldd + t] (fp16 values, as floats; block-major with ldd >= T tokens, so that a
- * tile's tokens' steps lie side by side). */
-void td__cpu_quant_act(const float *x, int64_t x_ld, int64_t T, int64_t n, int8_t *q, float *d,
-                       int64_t ldd);
-/* out[t * out_ld + r] for rows [r0, r1) of W (Q8_0 or Q4_0) and the T quantised tokens. */
-void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q, const float *d,
-                     int64_t T, float *out, int64_t out_ld);
+/* A group of T tokens quantised for Q8_0 / Q4_0 weights: q[T][n] (n a multiple of 32) and the
+ * blocks' steps d[b * T + t] (fp16 values, as floats; block-major, so that a tile's tokens' steps
+ * lie side by side); where q16 is set (td__cpu_q8_wide), also the same values as 16-bit halves
+ * q16[T][n] (split by value index mod 4, the prefill tiles' layout) and each full group of four
+ * tokens' steps d4[t / 4][b][4]. */
+typedef struct td_q8_act {
+    int64_t T, n;
+    int8_t *q;
+    float *d;
+    int16_t *q16;
+    float *d4;
+} td_q8_act_t;
+/* Whether a group of T tokens takes the 16-bit copies (x86-64-v3 and T >= 4). */
+bool td__cpu_q8_wide(int64_t T);
+/* Tokens [t0, t1) of a (rows x + t * x_ld) quantised into a, each on its own. */
+void td__cpu_quant_act(const float *x, int64_t x_ld, const td_q8_act_t *a, int64_t t0, int64_t t1);
+/* out[t * out_ld + r] for rows [r0, r1) of W (Q8_0 or Q4_0) and a's tokens; scratch (32-byte
+ * aligned, scratch_bytes) holds the prefill tiles' copies of the rows where it is large enough. */
+void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_t *a, float *out,
+                     int64_t out_ld, void *scratch, size_t scratch_bytes);
 
 #endif

@@ -248,7 +248,8 @@ KI void split16(__m256i v, int16_t *dst)
 #define KC 24 /* blocks per pass of tile16: one pass's operands stay in L1 */
 
 /* R rows (w16 + r * lw: per block E then O, 32 int16; row r's step ws[8 * b + 4 * r .. + 3],
- * four copies) against TN tokens (q16 + t * lq, the same layout; block b's step
+ * four copies) against TN tokens (the same layout, token t's block b at q16 + t * lq + b * TN *
+ * 32: a group of four tokens interleaved block by block, one sequential stream; block b's step
  * d[b * ldd + t]), blocks [b0, b1) of nb. The accumulators start at zero where b0 is 0, else
  * from acc_io[r][t]; they go back to acc_io where b1 < nb, else their lane trees to
  * out[t * out_ld + r]. A row longer than KC blocks takes several passes, so that one pass's
@@ -290,8 +291,9 @@ KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, c
         }
 #pragma GCC unroll 4
         for (int t = 0; t < TN; t++) {
-            __m256i qe = _mm256_loadu_si256((const __m256i *)(q16 + t * lq + b * QK));
-            __m256i qo = _mm256_loadu_si256((const __m256i *)(q16 + t * lq + b * QK + 16));
+            const int16_t *qb = q16 + t * lq + b * TN * QK;
+            __m256i qe = _mm256_loadu_si256((const __m256i *)qb);
+            __m256i qo = _mm256_loadu_si256((const __m256i *)(qb + 16));
             __asm__("" : "+x"(qe), "+x"(qo));
 #pragma GCC unroll 2
             for (int r = 0; r < R; r++) {
@@ -358,33 +360,46 @@ KI void widen(td_dtype_t t, const uint8_t *row, size_t rb, int R, int64_t n, int
         }
 }
 
-/* Rows [r0, r1) against T >= 4 tokens with tile16, two rows at a time against every group of
- * four tokens; false (nothing done) where the 16-bit copies cannot be allocated. */
-K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q, const float *d,
-                     int64_t T, float *out, int64_t out_ld)
+/* A token's 16-bit E/O halves (rows16's layout) from its int8 values, and, in a full group of
+ * four, its steps into the group's [b][4] table (they were 4 of T apart: a tile read them from as
+ * many lines as blocks). */
+K static void widen_act(const td_q8_act_t *a, int64_t t)
 {
-    const int64_t n = W->cols, nb = n / QK, ntile = (T + 3) / 4;
+    const int64_t n = a->n, nb = n / QK;
+    const bool grouped = t < a->T / 4 * 4;
+    int16_t *dst = a->q16 + (grouped ? t / 4 * 4 * n + t % 4 * QK : t * n);
+    for (int64_t b = 0; b < nb; b++)
+        split16(_mm256_loadu_si256((const __m256i *)(a->q + t * n + b * QK)),
+                dst + b * (grouped ? 4 : 1) * QK);
+    if (grouped)
+        for (int64_t b = 0; b < nb; b++)
+            a->d4[t / 4 * 4 * nb + 4 * b + t % 4] = a->d[b * a->T + t];
+}
+
+/* Rows [r0, r1) against T >= 4 tokens with tile16, two rows at a time against every group of
+ * four tokens, the tokens' 16-bit copies shared (a->q16, a->d4); the rows' copies in scratch
+ * where it is large enough, else in memory of their own; false (nothing done) where that cannot
+ * be allocated. */
+K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_t *a, float *out,
+                     int64_t out_ld, void *scratch, size_t scratch_bytes)
+{
+    const int64_t n = W->cols, nb = n / QK, T = a->T, ntile = (T + 3) / 4;
     const size_t rb = td_dtype_row_bytes(W->dtype, W->cols);
     const int bs = W->dtype == TD_DTYPE_Q8_0 ? 34 : 18;
-    /* the tokens' values as E/O halves; two pairs of rows' (the one computed, the next being
-     * widened) and their steps; with several passes, each tile's accumulators between them */
+    /* two pairs of rows' 16-bit values (the one computed, the next being widened) and their
+     * steps; with several passes, each tile's accumulators between them */
     const size_t accb = nb > KC ? (size_t)ntile * sizeof(__m256[2][4]) : 0;
-    uint8_t *mem = aligned_alloc(32, accb + ((size_t)(T + 4) * n * sizeof(int16_t) +
-                                             (size_t)(16 + 4 * ntile) * nb * sizeof(float) + 31) /
-                                                32 * 32);
-    if (!mem)
-        return false;
+    const size_t need = accb + (size_t)4 * n * sizeof(int16_t) + (size_t)16 * nb * sizeof(float);
+    uint8_t *mem = scratch, *own = NULL;
+    if (need > scratch_bytes || (uintptr_t)scratch % 32) {
+        if (!(mem = own = aligned_alloc(32, (need + 31) / 32 * 32)))
+            return false;
+    }
     __m256(*acc)[2][4] = (__m256(*)[2][4])mem;
-    int16_t *q16 = (int16_t *)(mem + accb), *w16[2] = {q16 + T * n, q16 + (T + 2) * n};
-    float *ws[2] = {(float *)(q16 + (T + 4) * n), (float *)(q16 + (T + 4) * n) + 8 * nb};
-    /* each group of four tokens' steps together, [b][4] (they were 4 of T apart: a tile's read
-     * them from as many lines as blocks) */
-    float *d4 = ws[1] + 8 * nb;
-    for (int64_t i = 0; i < T * nb; i++)
-        split16(_mm256_loadu_si256((const __m256i *)(q + i * QK)), q16 + i * QK);
-    for (int64_t t = 0; t + 4 <= T; t += 4)
-        for (int64_t b = 0; b < nb; b++)
-            memcpy(d4 + t * nb + 4 * b, d + b * T + t, 4 * sizeof(float));
+    int16_t *w16[2] = {(int16_t *)(mem + accb), (int16_t *)(mem + accb) + 2 * n};
+    float *ws[2] = {(float *)(w16[0] + 4 * n), (float *)(w16[0] + 4 * n) + 8 * nb};
+    const int16_t *q16 = a->q16;
+    const float *d = a->d, *d4 = a->d4;
     const uint8_t *data = W->data;
     widen(W->dtype, data + (size_t)r0 * rb, rb, (int)TD_MIN(2, r1 - r0), n, 0, nb, w16[0], ws[0]);
     /* the next pair is widened a few blocks per tile of this one, its rows prefetched ahead
@@ -417,17 +432,17 @@ K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
                             _mm_prefetch((const char *)nx + (size_t)i * rb + p, _MM_HINT_T0);
                     done = e;
                 }
-                f4(w, n, s, q16 + t * n, n, d4 + t * nb, 4, nb, b0, b1, accb ? acc[t / 4] : a1,
+                f4(w, n, s, q16 + t * n, QK, d4 + t * nb, 4, nb, b0, b1, accb ? acc[t / 4] : a1,
                    out + t * out_ld + r, out_ld);
             }
             for (; t < T; t++) { /* the last tile's accumulators: one token each */
                 if (accb) {
                     __m256 *at = &acc[t / 4][0][t % 4];
-                    __m256 a[2][4] = {{at[0]}, {at[4]}};
-                    f1(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, a, out + t * out_ld + r,
+                    __m256 ta[2][4] = {{at[0]}, {at[4]}};
+                    f1(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, ta, out + t * out_ld + r,
                        out_ld);
-                    at[0] = a[0][0];
-                    at[4] = a[1][0];
+                    at[0] = ta[0][0];
+                    at[4] = ta[1][0];
                 } else
                     f1(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, a1, out + t * out_ld + r,
                        out_ld);
@@ -436,7 +451,7 @@ K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
         if (Rn && done < nb)
             widen(W->dtype, nx, rb, Rn, n, done, nb, w16[cur ^ 1], ws[cur ^ 1]);
     }
-    free(mem);
+    free(own);
     return true;
 }
 
@@ -445,27 +460,40 @@ static const tile_fn tiles1[2][4] = {{q8_1x1, q8_2x1, q8_3x1, q8_4x1},
                                      {q4_1x1, q4_2x1, q4_3x1, q4_4x1}};
 #endif
 
-void td__cpu_quant_act(const float *x, int64_t x_ld, int64_t T, int64_t n, int8_t *q, float *d,
-                       int64_t ldd)
+bool td__cpu_q8_wide(int64_t T)
 {
-    for (int64_t t = 0; t < T; t++) {
+#ifdef TD_CPU_FMA_KERNELS
+    return T >= 4 && td__cpu_fma();
+#else
+    (void)T;
+    return false;
+#endif
+}
+
+void td__cpu_quant_act(const float *x, int64_t x_ld, const td_q8_act_t *a, int64_t t0, int64_t t1)
+{
+    for (int64_t t = t0; t < t1; t++) {
         const float *xr = x + t * x_ld;
-        int8_t *qr = q + t * n;
-        float *dr = d + t;
+        int8_t *qr = a->q + t * a->n;
+        float *dr = a->d + t;
 #ifdef TD_CPU_FMA_KERNELS
         if (td__cpu_fma()) {
-            quant_row_avx2(xr, n, qr, dr, ldd);
+            quant_row_avx2(xr, a->n, qr, dr, a->T);
+            if (a->q16)
+                widen_act(a, t);
             continue;
         }
 #endif
-        quant_row_generic(xr, n, qr, dr, ldd);
+        quant_row_generic(xr, a->n, qr, dr, a->T);
     }
 }
 
-void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q, const float *d,
-                     int64_t T, float *out, int64_t out_ld)
+void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_t *a, float *out,
+                     int64_t out_ld, void *scratch, size_t scratch_bytes)
 {
-    const int64_t n = W->cols, nb = n / QK;
+    const int64_t n = W->cols, nb = n / QK, T = a->T;
+    const int8_t *q = a->q;
+    const float *d = a->d;
     const size_t rb = td_dtype_row_bytes(W->dtype, W->cols);
     const uint8_t *data = W->data;
 #ifdef TD_CPU_FMA_KERNELS
@@ -478,7 +506,7 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const int8_t *q,
          * llama's 128-token Q8_0 prefill takes 0.23-0.25 s of CPU where the 2x8 tiles took
          * 0.27-0.29). Fewer tokens (or no memory for rows16's copies): four rows at a time, one
          * token each */
-        if (T >= 4 && rows16(W, r0, r1, q, d, T, out, out_ld))
+        if (T >= 4 && a->q16 && rows16(W, r0, r1, a, out, out_ld, scratch, scratch_bytes))
             return;
         const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1;
         for (int64_t r = r0; r < r1; r += 4) {

@@ -1,9 +1,15 @@
-/* pool.c: the CPU backend's thread pool: workers sleep on a condition variable and wake for
- * each job generation; the caller runs range 0 itself and waits for the rest. */
+/* pool.c: the CPU backend's thread pool. Workers sleep on a condition variable and wake for each
+ * job generation; the job's items are handed out in chunks from one atomic counter, each thread
+ * taking the next chunk when it is done with its last, the caller's thread as well. A worker
+ * that wakes after the caller has run out of chunks does nothing, and the caller does not wait
+ * for it: on a contended core a thread that is late (or preempted between chunks) costs the job
+ * at most the chunk it holds, not its share of the job. Nobody spins: a thread with no chunk left
+ * sleeps, the caller on its own condition variable until the workers in the job are done. */
 #include "cpu_impl.h"
 #include "td_util.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
@@ -12,12 +18,14 @@ struct td_cpu_pool {
     pthread_t *th; /* [n - 1] workers */
     pthread_mutex_t mu;
     pthread_cond_t start, done;
-    uint64_t gen; /* job generation: workers run once per increment */
-    int pending;  /* workers still running the current job */
+    uint64_t gen; /* job generation: workers look at each job once */
+    bool open;    /* the caller is still handing out the job's chunks: a worker may join */
+    int active;   /* workers that joined the job and have not finished */
     bool stop;
     td_cpu_job_fn fn;
     void *ctx;
-    int64_t items;
+    int64_t items, grain;
+    _Atomic int64_t next; /* the first item not yet handed out */
 };
 
 typedef struct worker_arg {
@@ -25,11 +33,14 @@ typedef struct worker_arg {
     int tid;
 } worker_arg_t;
 
-static void run_range(td_cpu_pool_t *p, int tid)
+static void run_chunks(td_cpu_pool_t *p, int tid)
 {
-    int64_t b = p->items * tid / p->n, e = p->items * (tid + 1) / p->n;
-    if (b < e)
-        p->fn(p->ctx, b, e, tid);
+    for (;;) {
+        int64_t b = atomic_fetch_add_explicit(&p->next, p->grain, memory_order_relaxed);
+        if (b >= p->items)
+            return;
+        p->fn(p->ctx, b, TD_MIN(p->items, b + p->grain), tid);
+    }
 }
 
 static void *worker(void *arg)
@@ -45,10 +56,13 @@ static void *worker(void *arg)
         if (p->stop)
             break;
         seen = p->gen;
+        if (!p->open) /* the caller has finished this job without us */
+            continue;
+        p->active++;
         pthread_mutex_unlock(&p->mu);
-        run_range(p, wa.tid);
+        run_chunks(p, wa.tid);
         pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
+        if (--p->active == 0 && !p->open)
             pthread_cond_signal(&p->done);
     }
     pthread_mutex_unlock(&p->mu);
@@ -64,6 +78,7 @@ td_cpu_pool_t *td_cpu_pool_create(int n_threads)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->start, NULL);
     pthread_cond_init(&p->done, NULL);
+    atomic_init(&p->next, 0);
     p->th = td_calloc((size_t)p->n, sizeof(pthread_t));
     if (!p->th)
         goto err;
@@ -106,24 +121,35 @@ void td_cpu_pool_free(td_cpu_pool_t *p)
     free(p);
 }
 
-void td_cpu_pool_run(td_cpu_pool_t *p, int64_t n, td_cpu_job_fn fn, void *ctx)
+int td_cpu_pool_threads(const td_cpu_pool_t *p)
 {
-    if (!p || p->n == 1 || n < 2) {
-        if (n > 0)
-            fn(ctx, 0, n, 0);
+    return p ? p->n : 1;
+}
+
+void td_cpu_pool_run(td_cpu_pool_t *p, int64_t n, int64_t grain, td_cpu_job_fn fn, void *ctx)
+{
+    if (n <= 0)
+        return;
+    if (grain < 1) /* one range per thread */
+        grain = (n + td_cpu_pool_threads(p) - 1) / td_cpu_pool_threads(p);
+    if (!p || p->n == 1 || n <= grain) { /* one thread: the whole range in one call */
+        fn(ctx, 0, n, 0);
         return;
     }
     pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->items = n;
-    p->pending = p->n - 1;
+    p->grain = grain;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    p->open = true;
     p->gen++;
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
-    run_range(p, 0);
+    run_chunks(p, 0);
     pthread_mutex_lock(&p->mu);
-    while (p->pending > 0)
+    p->open = false;
+    while (p->active > 0)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }
