@@ -10,7 +10,7 @@
 #    read (the same bytes);
 # 2. per thread count and format, ROUNDS rounds (default 3), each one run of bench_engine on the
 #    ~100M llama's GGUF (prefill tokens/s of a 128-token prompt in one step, after a 16-token
-#    warm-up step on each side; decode tokens/s at batch 1 and 16, each as a fraction of the
+#    warm-up step on each side: the median of PREFILLS runs in the process on each side; decode tokens/s at batch 1 and 16, each as a fraction of the
 #    memory-bandwidth roofline: the bytes a step must read over the read bandwidth bench_engine
 #    measures at its start) and one run of llama.cpp
 #    (npm node-llama-cpp@3.21.1, prebuilt CPU build) on the same file with the same thread count
@@ -30,6 +30,8 @@
 # TD_NLC_MODULES=DIR uses another node_modules folder. Build with -Dbuildtype=release for meaningful figures.
 # Environment: DECODE (decode steps on the ~100M model, default 64), TINY_DECODE (default 512),
 # ROUNDS (rounds per thread count and format, default 3; 1 gives the old single run),
+# PREFILLS (prefills per run on each side, default 5, the median counts: one prefill's time moves
+# by a third from run to run on a shared machine; 1 gives the old single prefill),
 # ANON_WEIGHTS=1 (bench_engine --anon-weights 1 on the llama: its weights on anonymous huge pages,
 # as a worker with engine.hugepage_weights has them).
 set -euo pipefail
@@ -87,8 +89,10 @@ stats() {
 # one round's two runs, into $out and $ref
 anon=()
 [ "${ANON_WEIGHTS:-0}" = 1 ] && anon=(--anon-weights 1)
-run_td() { out=$("$bench" "$gguf" --threads "$t" --prompt $prompt --decode "$decode" --batch 1,16 "${anon[@]}"); }
-run_lc() { ref=$(node bench/node/llamacpp_bench.mjs "$modules" "$gguf" "$vocab" "$t" $prompt "$decode"); }
+prefills=${PREFILLS:-5}
+[[ $prefills =~ ^[1-9][0-9]*$ ]] || { echo "engine.sh: PREFILLS=$prefills: want a positive integer" >&2; exit 2; }
+run_td() { out=$("$bench" "$gguf" --threads "$t" --prompt $prompt --decode "$decode" --batch 1,16 --prefills "$prefills" "${anon[@]}"); }
+run_lc() { ref=$(node bench/node/llamacpp_bench.mjs "$modules" "$gguf" "$vocab" "$t" $prompt "$decode" "$prefills"); }
 summary=()
 for t in "${threads[@]}"; do
   for f in "${formats[@]}"; do

@@ -6,16 +6,19 @@
 // where C is the process's CPU time over the decode (process.cpuUsage: every thread, llama.cpp's
 // included), which leaves out the time the threads waited for a core on a loaded machine.
 //
-// usage: node llamacpp_bench.mjs NODE_MODULES_DIR MODEL.gguf VOCAB THREADS PROMPT DECODE
+// usage: node llamacpp_bench.mjs NODE_MODULES_DIR MODEL.gguf VOCAB THREADS PROMPT DECODE [PREFILLS]
+// PREFILLS (default 1): the prefill runs that many times (history cleared in between, as
+// bench_engine --prefills does) and the line gives the median run.
 // Prompt token ids are (i * 7919 + 13) % VOCAB, the same as bench_engine's.
 import path from "node:path";
 import {pathToFileURL} from "node:url";
 
-const [modulesDir, modelPath, vocabStr, threadsStr, promptStr, decodeStr] = process.argv.slice(2);
+const [modulesDir, modelPath, vocabStr, threadsStr, promptStr, decodeStr, prefillsStr] =
+    process.argv.slice(2);
 const vocab = Number(vocabStr), threads = Number(threadsStr), nPrompt = Number(promptStr),
-      nDecode = Number(decodeStr);
-if (!(vocab > 0 && threads > 0 && nPrompt >= 16 && nDecode > 0)) {
-    console.error("usage: node llamacpp_bench.mjs NODE_MODULES_DIR MODEL.gguf VOCAB THREADS PROMPT DECODE");
+      nDecode = Number(decodeStr), nPrefills = Number(prefillsStr ?? 1);
+if (!(vocab > 0 && threads > 0 && nPrompt >= 16 && nDecode > 0 && nPrefills >= 1)) {
+    console.error("usage: node llamacpp_bench.mjs NODE_MODULES_DIR MODEL.gguf VOCAB THREADS PROMPT DECODE [PREFILLS]");
     process.exit(2);
 }
 const {getLlama} = await import(
@@ -36,12 +39,18 @@ const now = () => Number(process.hrtime.bigint()) / 1e9;
 await seq.evaluateWithoutGeneratingNewTokens(toks.slice(0, 16));
 await seq.clearHistory();
 
-// prefill: the whole prompt in one batch
-let t0 = now();
-await seq.evaluateWithoutGeneratingNewTokens(toks);
-let dt = now() - t0;
+// prefill: the whole prompt in one batch, nPrefills times; the median run
+const runs = [];
+let t0, dt;
+for (let r = 0; r < nPrefills; r++) {
+    t0 = now();
+    await seq.evaluateWithoutGeneratingNewTokens(toks);
+    runs.push(now() - t0);
+    await seq.clearHistory();
+}
+runs.sort((a, b) => a - b);
+dt = runs[Math.floor(nPrefills / 2)];
 console.log(`llama.cpp prefill: ${nPrompt} tokens in ${dt.toFixed(3)} s: ${(nPrompt / dt).toFixed(1)} tokens/s`);
-await seq.clearHistory();
 
 // decode: a 16-token prompt (like bench_engine's), then nDecode greedy steps of one token each,
 // timed from the first generated token (which ends the prompt's step) to the last
