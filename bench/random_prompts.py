@@ -10,19 +10,13 @@ Usage: bench/random_prompts.py TOKENIZER_JSON N OUT [--input-len 64] [--seed 1]
 """
 import argparse
 import json
+import os
 import random
+import sys
 
-
-def byte_decoder():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    k = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + k)
-            k += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "tokenizer"))
+from gen_corpus import byte_decoder  # noqa: E402
 
 
 def main():
