@@ -464,6 +464,13 @@ TD_CPU_KERNEL static void softmax_fold(float s, const float *v, int n, float *m,
     }
 }
 
+/* Attention's (token, head) items in about eight chunks per thread: under a causal mask a later
+ * token attends over more keys, so equal ranges would leave the last thread most of the work. */
+static int64_t attn_grain(const cpu_t *c, int T, int n_heads)
+{
+    return grain(c, (int64_t)T * n_heads, 8, 1, 1);
+}
+
 static void gqa_items(void *arg, int64_t i0, int64_t i1, int tid)
 {
     attn_job_t *j = arg;
@@ -495,7 +502,7 @@ static void cpu_attn_gqa(td_backend_t *b, float *out, int out_ld, const float *q
     TD_ASSERT(head_dim <= MAX_HEAD);
     attn_job_t j = {out,  out_ld, q,       q_ld,       NULL,     0, 0,    toks,
                     pool, layer,  n_heads, n_kv_heads, head_dim, 0, scale};
-    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, grain(c, (int64_t)T * n_heads, 8, 1, 1), gqa_items, &j);
+    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, attn_grain(c, T, n_heads), gqa_items, &j);
 }
 
 static void mla_items(void *arg, int64_t i0, int64_t i1, int tid)
@@ -530,7 +537,7 @@ static void cpu_attn_mla(td_backend_t *b, float *out, const float *q_lat, const 
     TD_ASSERT(kv_rank <= MAX_HEAD);
     attn_job_t j = {out,  0,     q_lat,   0, q_pe,    q_pe_ld,  q_pe_head_ld, toks,
                     pool, layer, n_heads, 0, kv_rank, rope_dim, scale};
-    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, 0, mla_items, &j);
+    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, attn_grain(c, T, n_heads), mla_items, &j);
 }
 
 /* ---------- lifecycle ---------- */
