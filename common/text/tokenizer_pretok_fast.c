@@ -185,6 +185,23 @@ static inline size_t run_end(const td__fast_cls_t *T, const char *p, size_t n, s
     return n;
 }
 
+/* The end of at most `more` further \p{N} code points from i (the rest of \p{N}{1,k} after its
+ * first); SIZE_MAX: it reached a code point it cannot classify. */
+static inline size_t digits_end(const td__fast_cls_t *T, const char *p, size_t n, size_t i,
+                                int more)
+{
+    for (int k = 0; k < more && i < n; k++) {
+        size_t l;
+        int f = cls_at(T, p, i, &l);
+        if (f == ASK)
+            return SIZE_MAX;
+        if (!(f & C_N))
+            break;
+        i += l;
+    }
+    return i;
+}
+
 static inline size_t crlf_end(const char *p, size_t n, size_t i)
 {
     while (i < n && (p[i] == '\r' || p[i] == '\n'))
@@ -267,15 +284,9 @@ static int m_digits(const td__fast_cls_t *T, const char *p, size_t n, size_t off
             i += l;
             continue;
         }
-        size_t e = i + l;
-        for (int k = 1; k < 3 && e < n; k++) {
-            int g = cls_at(T, p, e, &l);
-            if (g == ASK)
-                return ASK;
-            if (!(g & C_N))
-                break;
-            e += l;
-        }
+        size_t e = digits_end(T, p, n, i + l, 2);
+        if (e == SIZE_MAX)
+            return ASK;
         *ms = i;
         *me = e;
         return 1;
@@ -451,15 +462,9 @@ static int m_cl100k(const td__fast_cls_t *T, const char *p, size_t n, size_t off
             return 1;
         }
         if (f0 & C_N) {
-            size_t e = i + l0;
-            for (int k = 1; k < maxdig && e < n; k++) {
-                int g = cls_at(T, p, e, &l1);
-                if (g == ASK)
-                    return ASK;
-                if (!(g & C_N))
-                    break;
-                e += l1;
-            }
+            size_t e = digits_end(T, p, n, i + l0, maxdig - 1);
+            if (e == SIZE_MAX)
+                return ASK;
             *me = e;
             return 1;
         }
