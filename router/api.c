@@ -474,8 +474,8 @@ static int parse_responses(ctx_t *c, json_object *o, td_api_request_t *r)
     return td_api_parse_response_format(o, r, &c->param);
 }
 
-/* One tokener per thread, reset for each body: a fresh one costs a handful of allocations and
- * its string buffer regrows through every long prompt. */
+/* One tokener per thread, reset after each body (so it is clean for the next): a fresh one costs
+ * a handful of allocations and its string buffer regrows through every long prompt. */
 static _Thread_local json_tokener *tls_tok;
 #define TOK_KEEP_MAX (64u << 10) /* bodies up to this size leave the tokener for the next */
 
@@ -489,7 +489,6 @@ int td_api_parse_object(const char *body, size_t len, json_object **out)
         json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
         tls_tok = tok;
     }
-    json_tokener_reset(tok);
     json_object *o = json_tokener_parse_ex(tok, body ? body : "",
                                            (int)TD_MIN(len, (size_t)INT32_MAX));
     enum json_tokener_error jerr = json_tokener_get_error(tok);

@@ -159,6 +159,7 @@ void td_frame_arena_reset(td_frame_arena_t *a)
 
 void td_frame_arena_free(td_frame_arena_t *a)
 {
+    a->need = 0; /* the reset frees the spills and grows nothing */
     td_frame_arena_reset(a);
     if (a->block)
         ARENA_UNPOISON(a->block, a->cap);

@@ -267,8 +267,7 @@ static bool zeroish(const ProtobufCFieldDescriptor *f, const void *v)
     return true;
 }
 
-static bool put_repeated(pbw_t *w, const ProtobufCFieldDescriptor *f, size_t count,
-                         const void *arr)
+static bool put_repeated(pbw_t *w, const ProtobufCFieldDescriptor *f, size_t count, const void *arr)
 {
     if (!count)
         return true;
