@@ -28,17 +28,43 @@
 #define MAC(F, w, x, acc) ((F) ? _mm256_fmadd_ps(w, x, acc) : _mm256_add_ps(acc, _mm256_mul_ps(w, x)))
 #define KI __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
 
-bool td__cpu_fma(void)
+/* The CPU's level, asked once (from any pool thread; read and written atomically), under the
+ * cap td__cpu_isa_cap sets. */
+static _Atomic int isa_cap = TD_CPU_ISA_AVX512;
+
+static int isa_detected(void)
 {
-    /* asked from every pool thread: the first answer is kept, read and written atomically */
     static _Atomic int have = -1;
     int h = atomic_load_explicit(&have, memory_order_relaxed);
     if (h < 0) {
-        h = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-            __builtin_cpu_supports("f16c");
+        h = TD_CPU_ISA_GENERIC;
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+            __builtin_cpu_supports("f16c")) {
+            h = TD_CPU_ISA_AVX2;
+            if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                __builtin_cpu_supports("avx512vnni"))
+                h = TD_CPU_ISA_AVX512;
+        }
         atomic_store_explicit(&have, h, memory_order_relaxed);
     }
     return h;
+}
+
+int td__cpu_isa(void)
+{
+    int h = isa_detected(), cap = atomic_load_explicit(&isa_cap, memory_order_relaxed);
+    return h < cap ? h : cap;
+}
+
+void td__cpu_isa_cap(int max)
+{
+    atomic_store_explicit(&isa_cap, max, memory_order_relaxed);
+}
+
+bool td__cpu_fma(void)
+{
+    return td__cpu_isa() >= TD_CPU_ISA_AVX2;
 }
 
 /* Per weight type: fused multiply-adds or separate ones, and how many rows one token's kernel
@@ -377,6 +403,16 @@ bool td__cpu_dot_rows(const td_mat_t *W, int64_t r0, int64_t r1, int64_t c0, int
 }
 
 #else /* no x86-64-v3 kernels in this build */
+
+int td__cpu_isa(void)
+{
+    return TD_CPU_ISA_GENERIC;
+}
+
+void td__cpu_isa_cap(int max)
+{
+    (void)max;
+}
 
 bool td__cpu_fma(void)
 {

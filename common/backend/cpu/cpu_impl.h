@@ -75,6 +75,15 @@ static inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *m)
  * goes through them (and only then), so all outputs are summed the same way. */
 bool td__cpu_fma(void);
 
+/* The instruction set the kernels use: GENERIC (portable loops), AVX2 (x86-64-v3: AVX2, FMA,
+ * F16C) or AVX512 (that and AVX-512 F, BW, VL, DQ and VNNI). Every level at or above AVX2 gives
+ * bitwise the same outputs (the wider kernels keep the summation order), so the level only
+ * changes speed. td__cpu_isa_cap(level) caps it for the whole process (tests compare levels on
+ * one machine); the CPU's own level is the ceiling. */
+enum { TD_CPU_ISA_GENERIC = 0, TD_CPU_ISA_AVX2 = 1, TD_CPU_ISA_AVX512 = 2 };
+int td__cpu_isa(void);
+void td__cpu_isa_cap(int max);
+
 /* out[r][t] = w[r][0..n) . x[t * ld .. t * ld + n) for R rows against TN tokens, TN 1 (R <= 4)
  * or 4 (R <= 3); each output's sum in the one fixed order whatever R and TN are. */
 /* Whether W's products use fused multiply-adds (per weight type; fixed for the process), and
