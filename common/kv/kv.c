@@ -10,8 +10,10 @@
  * computes for an existing model file changes in any bit (a kernel's summation order, an
  * activation scheme), so that KV of the old numerics, on a disk tier or on a worker not yet
  * upgraded, is never taken for the new (cached KV must be bitwise what a recompute gives).
- * 2: Q8_0 and Q4_0 weights against 8-bit activations (cpu_q8.c). */
-#define TD_KV_NUMERICS 2u
+ * 2: Q8_0 and Q4_0 weights against 8-bit activations (cpu_q8.c).
+ * 3: those products summed a lane per block (each block's exact integer sum, then one
+ *    multiply-add in lane b mod 8) instead of a lane per four values. */
+#define TD_KV_NUMERICS 3u
 
 int td_kv_layout_init(td_kv_layout_t *l, const td_model_t *m, int block_size)
 {

@@ -21,7 +21,7 @@ typedef struct cpu {
     int n_threads;
     bool f32_act;    /* Q8_0 / Q4_0 weights against fp32 activations (td_cpu_opts_t) */
     void *xq; /* [XQ_BYTES]: a group of tokens' steps (floats), their int8 values, then where
-                 wide their 16-bit copies and grouped steps (td_q8_act_t) */
+                 wide the prefill tiles' copy (td_q8_act_t) */
 } cpu_t;
 
 /* 8-float vectors pass between inlined helpers only; the ABI note does not apply. */
@@ -272,33 +272,42 @@ static int64_t grain(const cpu_t *c, int64_t rows, int per, int64_t align, int64
     return (g + align - 1) / align * align;
 }
 
+/* Bytes of the prefill tiles' copy of T tokens in G groups (td_q8_act_t's qt, qc, qd). */
+static size_t q8_wide_bytes(int64_t T, int64_t G)
+{
+    return (size_t)((T + 1) / 2) * (size_t)G * (512 + 64 + 64);
+}
+
 static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld, int T,
                       const td_mat_t *W)
 {
-    const int64_t n = W->cols, nb = n / 32;
-    const bool wide = td__cpu_q8_wide(T);
-    /* per token: int8 values and steps; wide, 16-bit values and grouped steps */
-    const int64_t per_tok = n + 4 * nb + (wide ? 2 * n + 4 * nb : 0);
-    const int64_t group = (XQ_BYTES - 32) / per_tok; /* 32: q16's alignment */
+    const int64_t n = W->cols, nb = n / 32, G = (nb + 7) / 8;
+    /* per token: int8 values and steps; wide, half a pair's copy (one more token's worth and
+     * the alignments kept aside) */
+    const int64_t per_tok = n + 4 * nb + (td__cpu_q8_wide(T) ? (int64_t)q8_wide_bytes(2, G) / 2 : 0);
+    const int64_t group = (XQ_BYTES - 4 * 64 - (int64_t)q8_wide_bytes(2, G)) / per_tok;
     TD_ASSERT(group >= 4);
     for (int64_t t0 = 0; t0 < T; t0 += group) {
-        int64_t G = TD_MIN(group, T - t0);
-        const bool w = td__cpu_q8_wide(G);
+        int64_t Tg = TD_MIN(group, T - t0);
+        const bool w = td__cpu_q8_wide(Tg);
         float *d = c->xq;
-        int8_t *q = (int8_t *)(d + G * nb);
-        /* the 16-bit copies 32-byte aligned after the int8 values */
-        int16_t *q16 = w ? (int16_t *)(((uintptr_t)(q + G * n) + 31) & ~(uintptr_t)31) : NULL;
-        float *d4 = w ? (float *)(q16 + G * n) : NULL;
-        TD_ASSERT(!w || (uint8_t *)(d4 + G * nb) <= (uint8_t *)c->xq + XQ_BYTES);
-        td_q8_act_t a = {G, n, q, d, q16, d4};
+        int8_t *q = (int8_t *)(d + Tg * nb);
+        td_q8_act_t a = {Tg, n, q, d, G, NULL, NULL, NULL};
+        if (w) { /* the tiles' copy 64-byte aligned after the int8 values */
+            const size_t pg = (size_t)((Tg + 1) / 2) * (size_t)G;
+            a.qt = (int8_t *)(((uintptr_t)(q + Tg * n) + 63) & ~(uintptr_t)63);
+            a.qc = (int32_t *)(a.qt + pg * 512);
+            a.qd = (float *)(a.qc + pg * 16);
+            TD_ASSERT((uint8_t *)(a.qd + pg * 16) <= (uint8_t *)c->xq + XQ_BYTES);
+        }
         mmq_job_t j = {c, W, &a, x + t0 * x_ld, x_ld, out + t0 * out_ld, out_ld};
-        td_cpu_pool_run(G < 8 ? NULL : c->pool, G, 0, mmq_quant, &j);
-        int64_t work = W->rows * n * G; /* small products are not worth waking the others */
-        /* several chunks per thread, in the prefill tiles' row pairs (under four tokens, one
-         * range per thread: its rows are one sequential stream the decode kernel prefetches
-         * along) */
+        td_cpu_pool_run(Tg < 8 ? NULL : c->pool, Tg, 0, mmq_quant, &j);
+        int64_t work = W->rows * n * Tg; /* small products are not worth waking the others */
+        /* several chunks per thread, in the prefill tiles' groups of four rows (under four
+         * tokens, one range per thread: its rows are one sequential stream the decode kernel
+         * prefetches along) */
         td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows,
-                        G >= 4 ? grain(c, W->rows, 8, 2, 16) : 0, mmq_rows, &j);
+                        Tg >= 4 ? grain(c, W->rows, 8, 4, 16) : 0, mmq_rows, &j);
     }
 }
 

@@ -105,18 +105,22 @@ bool td__cpu_dot_rows(const td_mat_t *W, int64_t r0, int64_t r1, int64_t c0, int
 /* Whether weights of type t take 8-bit activations (Q8_0, Q4_0). */
 bool td__cpu_q8_act(td_dtype_t t);
 /* A group of T tokens quantised for Q8_0 / Q4_0 weights: q[T][n] (n a multiple of 32) and the
- * blocks' steps d[b * T + t] (fp16 values, as floats; block-major, so that a tile's tokens' steps
- * lie side by side); where q16 is set (td__cpu_q8_wide), also the same values as 16-bit halves
- * q16[T][n] (split by value index mod 4, the prefill tiles' layout) and each full group of four
- * tokens' steps d4[t / 4][b][4]. */
+ * blocks' steps d[b * T + t] (fp16 values, as floats; block-major, so that one token's kernel
+ * reads a group's steps T apart); where qt is set (td__cpu_q8_wide), also the prefill tiles'
+ * copy (cpu_q8.c): G = ceil(n / 256) groups of eight blocks, tokens in pairs ((T + 1) / 2 of
+ * them, an odd count's last completed by zeros): qt[pair][G][8 steps][2 tokens][32] int8,
+ * qc[pair][G][2][8] (-128 * each block's sum of values) and qd[pair][G][2][8] (the steps; 0 past
+ * the row's end), each 64-byte aligned. */
 typedef struct td_q8_act {
     int64_t T, n;
     int8_t *q;
     float *d;
-    int16_t *q16;
-    float *d4;
+    int64_t G;
+    int8_t *qt;
+    int32_t *qc;
+    float *qd;
 } td_q8_act_t;
-/* Whether a group of T tokens takes the 16-bit copies (x86-64-v3 and T >= 4). */
+/* Whether a group of T tokens takes the prefill tiles' copy (x86-64-v3 and T >= 4). */
 bool td__cpu_q8_wide(int64_t T);
 /* Tokens [t0, t1) of a (rows x + t * x_ld) quantised into a, each on its own. */
 void td__cpu_quant_act(const float *x, int64_t x_ld, const td_q8_act_t *a, int64_t t0, int64_t t1);

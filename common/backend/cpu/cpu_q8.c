@@ -7,13 +7,16 @@
  * token once per matmul (td__cpu_quant_act) and every thread reads that copy for all its rows.
  *
  * A weight block holds an fp16 step dw and 32 small integers w (Q8_0: int8; Q4_0: nibble - 8).
- * One output (weight row r, token t) has an 8-lane fp32 accumulator; per block b, in column order,
- * lane k takes the exact integer sum s_k = sum of w[j] * q[j] over values j = 4k .. 4k + 3 and
- * adds (dw * dq) * s_k: one fused multiply-add where the CPU has x86-64-v3 (what llama.cpp's
- * AVX2 code does), a multiply then an add elsewhere. The lanes are then summed in cpu_fma.c's
- * fixed tree. The sums are integers (|s_k| <= 4 * 128 * 127) so any kernel gets them exactly:
- * the decode rows, the prefill tiles and the portable loop give one token's output bitwise the
- * same whatever shares its matmul or thread. */
+ * One output (weight row r, token t) has an 8-lane fp32 accumulator; block b, in column order,
+ * goes to lane b mod 8, which adds (dw * dq) * S_b, S_b the block's exact integer sum of w[j] *
+ * q[j] over its 32 values (|S_b| <= 32 * 128 * 127, exact in fp32): one fused multiply-add where
+ * the CPU has x86-64-v3, a multiply then an add elsewhere. The lanes are then summed in cpu_fma.c's
+ * fixed tree. A lane per block, not per group of values, leaves one conversion and one
+ * multiply-add per output for every eight blocks, where the integer work is one instruction per
+ * four values: the prefill tiles run on integer units (AVX-512 VNNI's vpdpbusd, or AVX2's
+ * pmaddwd). The sums are integers, so any kernel gets them exactly: the decode rows, the prefill
+ * tiles of either instruction set and the portable loop give one token's output bitwise the same
+ * whatever shares its matmul or thread. */
 #include "cpu_impl.h"
 #include "td_error.h"
 
@@ -85,13 +88,11 @@ static float dot_generic(td_dtype_t t, const uint8_t *row, const int8_t *q, cons
     for (int64_t b = 0; b < nb; b++, q += QK) {
         int8_t w[QK];
         float dd = wblock(t, row, b, w) * d[b * ldd];
-        for (int k = 0; k < 8; k++) {
-            int32_t s = 0;
-            for (int j = 4 * k; j < 4 * k + 4; j++)
-                s += (int32_t)w[j] * q[j];
-            float p = dd * (float)s;
-            acc[k] = acc[k] + p;
-        }
+        int32_t s = 0;
+        for (int j = 0; j < QK; j++)
+            s += (int32_t)w[j] * q[j];
+        float p = dd * (float)s;
+        acc[b % 8] = acc[b % 8] + p;
     }
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
@@ -101,6 +102,10 @@ static float dot_generic(td_dtype_t t, const uint8_t *row, const int8_t *q, cons
 
 #define K __attribute__((target("avx2,fma,f16c")))
 #define KI __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+#define K512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define KI512                                                                                      \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"),           \
+                   always_inline)) static inline
 
 /* The same values as quant_row_generic: max of magnitudes is exact, one rounding each for
  * amax / 127, 127 / amax and x * id, rounding to nearest even for q and for the fp16 step. */
@@ -150,12 +155,29 @@ KI float wstep(const uint8_t *blk)
     return _cvtsh_ss(h);
 }
 
-/* The 8 lane sums s_k (values 4k .. 4k + 3) of w * q as floats: the sign trick makes the weights
- * unsigned for maddubs (|w| <= 128, |q| <= 127: a pair's sum fits int16). */
-KI __m256 lane_sums(__m256i w, __m256i q)
+/* The 8 lane sums (values 4k .. 4k + 3) of w * q: the sign trick makes the weights unsigned for
+ * maddubs (|w| <= 128, |q| <= 127: a pair's sum fits int16). */
+KI __m256i lane_sums(__m256i w, __m256i q)
 {
     __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* The same with AVX-512 VNNI: one vpdpbusd in place of maddubs and madd. */
+KI512 __m256i lane_sums_vnni(__m256i w, __m256i q)
+{
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w),
+                               _mm256_sign_epi8(q, w));
+}
+
+/* Eight blocks' lane sums v[j] to their totals, block j in lane j: pairs, then quarters within
+ * each 128-bit half (hadd), then the halves. Integer additions: exact in any order. */
+KI __m256i block_sums(const __m256i v[8])
+{
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
 }
 
 KI float lanes(__m256 acc)
@@ -165,299 +187,384 @@ KI float lanes(__m256 acc)
     return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-/* lanes() of four accumulators at once, the same additions in the same tree: the pairs, then
- * the pairs' pairs (within each 128-bit half), then the halves. */
-KI __m128 lanes4(const __m256 a[4])
+/* Eight 32-bit columns of v[0..8) to rows: out[k] lane j = v[j] lane k. */
+KI void transpose8(const __m256i v[8], __m256i out[8])
 {
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-/* R rows against TN tokens (values q + t * ldq, block b's step d[b * ldd + t]): out[r][t]. */
-KI void tile(td_dtype_t T, int R, int TN, const uint8_t *const *w, const int8_t *q, int64_t ldq,
-             const float *d, int64_t ldd, int64_t nb, float out[4][8], const char *pf)
-{
-    const int bs = T == TD_DTYPE_Q8_0 ? 34 : 18;
-    __m256 acc[4][8];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int t = 0; t < TN; t++)
-            acc[r][t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        if (pf) /* one token: the next group of rows, one sequential stream a group ahead */
-#pragma GCC unroll 4
-            for (int p = 0; p < R * bs; p += 64)
-                _mm_prefetch(pf + (size_t)b * R * bs + p, _MM_HINT_T0);
-        __m256i wv[4], aw[4];
-        float dd[4][8];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const uint8_t *blk = w[r] + b * bs;
-            wv[r] = wvec(T, blk);
-            aw[r] = _mm256_sign_epi8(wv[r], wv[r]);
-            for (int t = 0; t < TN; t++)
-                dd[r][t] = wstep(blk) * d[b * ldd + t];
-        }
-#pragma GCC unroll 8
-        for (int t = 0; t < TN; t++) {
-            __m256i qv = _mm256_loadu_si256((const __m256i *)(q + t * ldq + b * QK));
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                __m256i p = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(qv, wv[r]));
-                __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
-                acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[r][t]), s, acc[r][t]);
-            }
-        }
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int t = 0; t < TN; t++)
-            out[r][t] = lanes(acc[r][t]);
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int k = 0; k < 4; k++) {
+        out[k] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+        out[k + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+    }
 }
 
-typedef void (*tile_fn)(const uint8_t *const *, const int8_t *, int64_t, const float *, int64_t,
-                        int64_t, float[4][8], const char *);
-#define TILE(name, T, R, TN)                                                                       \
-    K static void name##_##R##x##TN(const uint8_t *const *w, const int8_t *q, int64_t ldq,         \
-                                    const float *d, int64_t ldd, int64_t nb, float out[4][8],      \
-                                    const char *pf)                                                \
+/* The steps of blocks b0 .. b0 + 7 of a row (bs bytes a block) as floats: one gather of each
+ * block's first four bytes, their low halves packed and converted. */
+KI __m256 wsteps8(const uint8_t *row, int64_t b0, int bs)
+{
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                           _mm256_set1_epi32(bs));
+    __m256i g = _mm256_i32gather_epi32((const int *)(const void *)(row + b0 * bs), idx, 1);
+    g = _mm256_and_si256(g, _mm256_set1_epi32(0xffff));
+    g = _mm256_permute4x64_epi64(_mm256_packus_epi32(g, g), 0x08);
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(g));
+}
+
+/* R rows against one token (values q, block b's step d[b * ldd]) straight from the stored
+ * blocks: out[r][0]. Eight blocks at a time: each block's lane sums, then block_sums; a last
+ * group of fewer than eight takes zeros (and zero steps) in the lanes past the row's end. */
+/* tile (AVX2: maddubs) and tile_v (AVX-512 VNNI: vpdpbusd), one body. */
+#define ONE_TOKEN_TILE(NAME, ATTR, LS)                                                             \
+ATTR void NAME(td_dtype_t T, int R, const uint8_t *const *w, const int8_t *q, const float *d,      \
+             int64_t ldd, int64_t nb, float out[4][8], const char *pf)                             \
+{                                                                                                  \
+    const int bs = T == TD_DTYPE_Q8_0 ? 34 : 18;                                                   \
+    const __m256i didx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),             \
+                                            _mm256_set1_epi32((int)ldd));                          \
+    __m256 acc[4];                                                                                 \
+_Pragma("GCC unroll 4")                                                                            \
+    for (int r = 0; r < R; r++)                                                                    \
+        acc[r] = _mm256_setzero_ps();                                                              \
+    int64_t b0 = 0;                                                                                \
+    for (; b0 + 8 <= nb; b0 += 8) {                                                                \
+        if (pf) /* one token: the next group of rows, one sequential stream a group ahead */       \
+_Pragma("GCC unroll 8")                                                                            \
+            for (int p = 0; p < R * bs * 8; p += 64)                                               \
+                _mm_prefetch(pf + (size_t)b0 * R * bs + p, _MM_HINT_T0);                           \
+        const __m256 dxv = ldd == 1 ? _mm256_loadu_ps(d + b0)                                      \
+                                    : _mm256_i32gather_ps(d + b0 * ldd, didx, 4);                  \
+_Pragma("GCC unroll 4")                                                                            \
+        for (int r = 0; r < R; r++) {                                                              \
+            __m256i v[8];                                                                          \
+_Pragma("GCC unroll 8")                                                                            \
+            for (int j = 0; j < 8; j++)                                                            \
+                v[j] = LS(wvec(T, w[r] + (b0 + j) * bs),                                           \
+                                 _mm256_loadu_si256((const __m256i *)(q + (b0 + j) * QK)));        \
+            __m256 s = _mm256_cvtepi32_ps(block_sums(v));                                          \
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(wsteps8(w[r], b0, bs), dxv), s, acc[r]);        \
+        }                                                                                          \
+    }                                                                                              \
+    if (b0 < nb) {                                                                                 \
+        const int m = (int)(nb - b0);                                                              \
+        float dx[8] = {0};                                                                         \
+        for (int j = 0; j < m; j++)                                                                \
+            dx[j] = d[(b0 + j) * ldd];                                                             \
+        const __m256 dxv = _mm256_loadu_ps(dx);                                                    \
+        for (int r = 0; r < R; r++) {                                                              \
+            __m256i v[8];                                                                          \
+            float dw[8] = {0};                                                                     \
+            for (int j = 0; j < 8; j++) {                                                          \
+                if (j < m) {                                                                       \
+                    const uint8_t *blk = w[r] + (b0 + j) * bs;                                     \
+                    v[j] = LS(wvec(T, blk),                                                        \
+                                     _mm256_loadu_si256((const __m256i *)(q + (b0 + j) * QK)));    \
+                    dw[j] = wstep(blk);                                                            \
+                } else {                                                                           \
+                    v[j] = _mm256_setzero_si256();                                                 \
+                }                                                                                  \
+            }                                                                                      \
+            __m256 s = _mm256_cvtepi32_ps(block_sums(v));                                          \
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dw), dxv), s, acc[r]);          \
+        }                                                                                          \
+    }                                                                                              \
+_Pragma("GCC unroll 4")                                                                            \
+    for (int r = 0; r < R; r++)                                                                    \
+        out[r][0] = lanes(acc[r]);                                                                 \
+}                                                                                                  \
+                                                                                                   \
+typedef void (*tile_fn)(const uint8_t *const *, const int8_t *, const float *, int64_t, int64_t,   \
+                        float[4][8], const char *);
+ONE_TOKEN_TILE(tile, KI, lane_sums)
+ONE_TOKEN_TILE(tile_v, KI512, lane_sums_vnni)
+
+#define TILE(name, T, R)                                                                           \
+    K static void name##_##R(const uint8_t *const *w, const int8_t *q, const float *d,             \
+                             int64_t ldd, int64_t nb, float out[4][8], const char *pf)             \
     {                                                                                              \
-        tile(T, R, TN, w, q, ldq, d, ldd, nb, out, pf);                                            \
+        tile(T, R, w, q, d, ldd, nb, out, pf);                                                \
+    }                                                                                              \
+    K512 static void name##v_##R(const uint8_t *const *w, const int8_t *q, const float *d,         \
+                                 int64_t ldd, int64_t nb, float out[4][8], const char *pf)         \
+    {                                                                                              \
+        tile_v(T, R, w, q, d, ldd, nb, out, pf);                                               \
     }
-#define TILES(name, T)                                                                             \
-    TILE(name, T, 1, 1) TILE(name, T, 2, 1) TILE(name, T, 3, 1) TILE(name, T, 4, 1)
+#define TILES(name, T) TILE(name, T, 1) TILE(name, T, 2) TILE(name, T, 3) TILE(name, T, 4)
 TILES(q8, TD_DTYPE_Q8_0)
 TILES(q4, TD_DTYPE_Q4_0)
 
-/* The kernel for four or more tokens: 16-bit integers and pmaddwd instead of
- * maddubs. x86-64-v3 runs the integer multiplies (pmaddwd, pmaddubsw, psignb) and the fused
- * multiply-adds on the same two pipes; with maddubs an output's block takes four of them there
- * (sign, maddubs, madd, fmadd), with 16-bit operands three (two pmaddwd, fmadd: the add and the
- * conversion run elsewhere). The 32 values of a block are split by index mod 4: E holds values
- * 4k and 4k + 2 in lane k's two halves, O values 4k + 1 and 4k + 3, each sign-extended to 16
- * bits, so pmaddwd(wE, qE) + pmaddwd(wO, qO) is lane k's exact sum s_k over 4k .. 4k + 3, the
- * same integer as lane_sums(): the outputs are bitwise those of the other kernels. */
-KI void split16(__m256i v, int16_t *dst)
+/* ---------- the prefill tiles: blocks across the lanes ----------
+ *
+ * For four tokens or more the rows and the tokens are first laid out with eight blocks side by
+ * side: a group g of blocks 8g .. 8g + 7 is eight steps k, each 32 bytes holding values 4k ..
+ * 4k + 3 of every block of the group (block j's four at bytes 4j .. 4j + 3). An integer
+ * multiply-add of two such steps puts block j's partial sum in lane j, so eight of them give the
+ * group's eight S_b in the lanes the fp32 accumulator wants, with no horizontal additions. Blocks
+ * past the row's end are zeros with a zero step (a multiply-add of 0 leaves a lane as it was).
+ *
+ * Tokens (td_q8_act_t's qt) come in pairs, T rounded up to even with a zero token: step k of
+ * group g of pair p is 64 bytes, the pair's first token's 32 then the second's, so that one
+ * 512-bit register holds both and an AVX-512 tile computes two outputs per instruction, each in
+ * its own half (its own 8 lanes: the sums are those of one token alone). Rows (in the thread's
+ * scratch, widened per group of four rows) are 32 bytes a step: as unsigned bytes w + 128 for
+ * vpdpbusd (unsigned times signed), whose sums then carry 128 * the token's block sum, which
+ * each token's qc (-128 * that sum, per block) cancels exactly; as signed bytes for AVX2. */
+
+/* The values of block b of a row as 32 ints in value order, and its step, or zeros past nb. */
+KI __m256i wblock8(td_dtype_t t, const uint8_t *row, int64_t b, int64_t nb, float *dw)
 {
-    _mm256_storeu_si256((__m256i *)dst, _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8));
-    _mm256_storeu_si256((__m256i *)(dst + 16), _mm256_srai_epi16(v, 8));
+    if (b >= nb) {
+        *dw = 0.0f;
+        return _mm256_setzero_si256();
+    }
+    const uint8_t *blk = row + b * (t == TD_DTYPE_Q8_0 ? 34 : 18);
+    *dw = wstep(blk);
+    return wvec(t, blk);
 }
 
-#define KC 24 /* blocks per pass of tile16: one pass's operands stay in L1 */
-
-/* R rows (w16 + r * lw: per block E then O, 32 int16; row r's step ws[8 * b + 4 * r .. + 3],
- * four copies) against TN tokens (the same layout, token t's block b at q16 + t * lq + b * TN *
- * 32: a group of four tokens interleaved block by block, one sequential stream; block b's step
- * d[b * ldd + t]), blocks [b0, b1) of nb. The accumulators start at zero where b0 is 0, else
- * from acc_io[r][t]; they go back to acc_io where b1 < nb, else their lane trees to
- * out[t * out_ld + r]. A row longer than KC blocks takes several passes, so that one pass's
- * blocks of the tokens and rows stay in L1 (the values are those of one pass: the same fused
- * multiply-adds in the same order). The steps' products dw * dx go to a table first, read back
- * by broadcasts: computed block by block they were stored and reloaded at once, and the stores'
- * forwarding stalled the loop. */
-KI void tile16(int R, int TN, const int16_t *w16, int64_t lw, const float *ws, const int16_t *q16,
-               int64_t lq, const float *d, int64_t ldd, int64_t nb, int64_t b0, int64_t b1,
-               __m256 acc_io[2][4], float *out, int64_t out_ld)
+/* R rows (row i at row + i * rb) laid out by groups into wt (G * 256 bytes a row; w + 128 when
+ * offset, else w) and their steps into wd (G * 8 floats a row). */
+K static void widen_rows(td_dtype_t t, const uint8_t *row, size_t rb, int R, int64_t nb,
+                         int64_t G, bool offset, uint8_t *wt, float *wd)
 {
-    float dd[KC][2][4];
-    for (int64_t b = b0; b < b1; b++) {
-        if (TN == 4 && R == 2) /* both rows' four products in one multiply */
-            _mm256_storeu_ps(dd[b - b0][0],
-                             _mm256_mul_ps(_mm256_loadu_ps(ws + 8 * b),
-                                           _mm256_broadcast_ps((const __m128 *)(d + b * ldd))));
-        else if (TN == 4)
-            _mm_storeu_ps(dd[b - b0][0],
-                          _mm_mul_ps(_mm_loadu_ps(ws + 8 * b), _mm_loadu_ps(d + b * ldd)));
-        else
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < TN; t++)
-                    dd[b - b0][r][t] = ws[8 * b + 4 * r] * d[b * ldd + t];
-    }
-    __m256 acc[2][4];
-#pragma GCC unroll 2
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < TN; t++)
-            acc[r][t] = b0 == 0 ? _mm256_setzero_ps() : acc_io[r][t];
-    for (int64_t b = b0; b < b1; b++) {
-        __m256i we[2], wo[2];
-#pragma GCC unroll 2
-        for (int r = 0; r < R; r++) {
-            we[r] = _mm256_loadu_si256((const __m256i *)(w16 + r * lw + b * QK));
-            wo[r] = _mm256_loadu_si256((const __m256i *)(w16 + r * lw + b * QK + 16));
-            __asm__("" : "+x"(we[r]), "+x"(wo[r])); /* held in registers, not re-read */
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < TN; t++) {
-            const int16_t *qb = q16 + t * lq + b * TN * QK;
-            __m256i qe = _mm256_loadu_si256((const __m256i *)qb);
-            __m256i qo = _mm256_loadu_si256((const __m256i *)(qb + 16));
-            __asm__("" : "+x"(qe), "+x"(qo));
-#pragma GCC unroll 2
-            for (int r = 0; r < R; r++) {
-                __m256i s =
-                    _mm256_add_epi32(_mm256_madd_epi16(we[r], qe), _mm256_madd_epi16(wo[r], qo));
-                acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&dd[b - b0][r][t]),
-                                            _mm256_cvtepi32_ps(s), acc[r][t]);
-            }
-        }
-    }
-    if (b1 < nb) {
-#pragma GCC unroll 2
-        for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-            for (int t = 0; t < TN; t++)
-                acc_io[r][t] = acc[r][t];
-    } else if (TN == 4) { /* out[t * out_ld + r]: each token's two rows in one store */
-        __m128 x0 = lanes4(acc[0]), x1 = R == 2 ? lanes4(acc[1]) : x0;
-        __m128 lo = _mm_unpacklo_ps(x0, x1), hi = _mm_unpackhi_ps(x0, x1);
-        if (R == 2) {
-            _mm_storel_pi((__m64 *)out, lo);
-            _mm_storeh_pi((__m64 *)(out + out_ld), lo);
-            _mm_storel_pi((__m64 *)(out + 2 * out_ld), hi);
-            _mm_storeh_pi((__m64 *)(out + 3 * out_ld), hi);
-        } else {
-            float v[4];
-            _mm_storeu_ps(v, x0);
-            for (int t = 0; t < 4; t++)
-                out[t * out_ld] = v[t];
-        }
-    } else
-#pragma GCC unroll 2
-        for (int r = 0; r < R; r++)
-            out[r] = lanes(acc[r][0]);
-}
-
-typedef void (*tile16_fn)(const int16_t *, int64_t, const float *, const int16_t *, int64_t,
-                          const float *, int64_t, int64_t, int64_t, int64_t, __m256[2][4], float *,
-                          int64_t);
-#define TILE16(R, TN)                                                                              \
-    K static void t16_##R##x##TN(const int16_t *w16, int64_t lw, const float *ws,                  \
-                                 const int16_t *q16, int64_t lq, const float *d, int64_t ldd,      \
-                                 int64_t nb, int64_t b0, int64_t b1, __m256 acc[2][4], float *out, \
-                                 int64_t out_ld)                                                   \
-    {                                                                                              \
-        tile16(R, TN, w16, lw, ws, q16, lq, d, ldd, nb, b0, b1, acc, out, out_ld);                 \
-    }
-TILE16(1, 1)
-TILE16(2, 1)
-TILE16(1, 4)
-TILE16(2, 4)
-
-/* Blocks [b0, b1) of R rows from row into w16 (E/O halves, row stride n) and ws (8 a block). */
-KI void widen(td_dtype_t t, const uint8_t *row, size_t rb, int R, int64_t n, int64_t b0, int64_t b1,
-              int16_t *w16, float *ws)
-{
-    const int bs = t == TD_DTYPE_Q8_0 ? 34 : 18;
-    for (int i = 0; i < R; i++)
-        for (int64_t b = b0; b < b1; b++) {
-            const uint8_t *blk = row + (size_t)i * rb + b * bs;
-            split16(wvec(t, blk), w16 + i * n + b * QK);
-            ws[8 * b + 4 * i] = ws[8 * b + 4 * i + 1] = ws[8 * b + 4 * i + 2] =
-                ws[8 * b + 4 * i + 3] = wstep(blk);
+    const __m256i flip = _mm256_set1_epi8(offset ? (char)0x80 : 0);
+    for (int i = 0; i < R; i++, row += rb, wt += G * 256, wd += G * 8)
+        for (int64_t g = 0; g < G; g++) {
+            __m256i v[8], s[8];
+            for (int j = 0; j < 8; j++)
+                v[j] = wblock8(t, row, 8 * g + j, nb, &wd[8 * g + j]);
+            transpose8(v, s);
+            for (int k = 0; k < 8; k++)
+                _mm256_store_si256((__m256i *)(wt + (g * 8 + k) * 32), _mm256_xor_si256(s[k], flip));
         }
 }
 
-/* A token's 16-bit E/O halves (rows16's layout) from its int8 values, and, in a full group of
- * four, its steps into the group's [b][4] table (they were 4 of T apart: a tile read them from as
- * many lines as blocks). */
+/* Token t's int8 values (already in a->q) laid out by groups into its half of its pair in
+ * a->qt, with its blocks' -128 * sums and steps. */
 K static void widen_act(const td_q8_act_t *a, int64_t t)
 {
-    const int64_t n = a->n, nb = n / QK;
-    const bool grouped = t < a->T / 4 * 4;
-    int16_t *dst = a->q16 + (grouped ? t / 4 * 4 * n + t % 4 * QK : t * n);
-    for (int64_t b = 0; b < nb; b++)
-        split16(_mm256_loadu_si256((const __m256i *)(a->q + t * n + b * QK)),
-                dst + b * (grouped ? 4 : 1) * QK);
-    if (grouped)
-        for (int64_t b = 0; b < nb; b++)
-            a->d4[t / 4 * 4 * nb + 4 * b + t % 4] = a->d[b * a->T + t];
-}
-
-/* Rows [r0, r1) against T >= 4 tokens with tile16, two rows at a time against every group of
- * four tokens, the tokens' 16-bit copies shared (a->q16, a->d4); the rows' copies in scratch
- * where it is large enough, else in memory of their own; false (nothing done) where that cannot
- * be allocated. */
-K static bool rows16(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_t *a, float *out,
-                     int64_t out_ld, void *scratch, size_t scratch_bytes)
-{
-    const int64_t n = W->cols, nb = n / QK, T = a->T, ntile = (T + 3) / 4;
-    const size_t rb = td_dtype_row_bytes(W->dtype, W->cols);
-    const int bs = W->dtype == TD_DTYPE_Q8_0 ? 34 : 18;
-    /* two pairs of rows' 16-bit values (the one computed, the next being widened) and their
-     * steps; with several passes, each tile's accumulators between them */
-    const size_t accb = nb > KC ? (size_t)ntile * sizeof(__m256[2][4]) : 0;
-    const size_t need = accb + (size_t)4 * n * sizeof(int16_t) + (size_t)16 * nb * sizeof(float);
-    uint8_t *mem = scratch, *own = NULL;
-    if (need > scratch_bytes || (uintptr_t)scratch % 32) {
-        if (!(mem = own = aligned_alloc(32, (need + 31) / 32 * 32)))
-            return false;
-    }
-    __m256(*acc)[2][4] = (__m256(*)[2][4])mem;
-    int16_t *w16[2] = {(int16_t *)(mem + accb), (int16_t *)(mem + accb) + 2 * n};
-    float *ws[2] = {(float *)(w16[0] + 4 * n), (float *)(w16[0] + 4 * n) + 8 * nb};
-    const int16_t *q16 = a->q16;
-    const float *d = a->d, *d4 = a->d4;
-    const uint8_t *data = W->data;
-    widen(W->dtype, data + (size_t)r0 * rb, rb, (int)TD_MIN(2, r1 - r0), n, 0, nb, w16[0], ws[0]);
-    /* the next pair is widened a few blocks per tile of this one, its rows prefetched ahead
-     * (widened in a loop of their own, their loads waited on memory for most of rows16's 5-9%
-     * of a prefill's time) */
-    const int64_t per = (nb + ntile - 1) / ntile;
-    for (int64_t r = r0, cur = 0; r < r1; r += 2, cur ^= 1) {
-        const int R = (int)TD_MIN(2, r1 - r), Rn = (int)TD_MAX(0, TD_MIN(2, r1 - r - 2));
-        const uint8_t *nx = data + (size_t)(r + 2) * rb;
-        int64_t done = 0; /* blocks of the next pair widened */
-        const tile16_fn f4 = R == 2 ? t16_2x4 : t16_1x4, f1 = R == 2 ? t16_2x1 : t16_1x1;
-        const int16_t *w = w16[cur];
-        const float *s = ws[cur];
-        for (int64_t b0 = 0; b0 < nb; b0 += KC) {
-            const int64_t b1 = TD_MIN(nb, b0 + KC);
-            __m256 a1[2][4]; /* one pass: neither read nor written */
-            int64_t t = 0;
-            for (; t + 4 <= T; t += 4) {
-                if (Rn && done < nb) {
-                    int64_t e = TD_MIN(nb, done + per);
-                    widen(W->dtype, nx, rb, Rn, n, done, e, w16[cur ^ 1], ws[cur ^ 1]);
-                    /* and the same blocks of the pair after it towards L2 (to L1 they would
-                     * be evicted by the tokens before their turn) */
-                    for (int i = 0; r + 4 + i < r1 && i < 2; i++)
-                        for (int64_t p = done * bs; p < e * bs + 63; p += 64)
-                            _mm_prefetch((const char *)nx + (size_t)(2 + i) * rb + p, _MM_HINT_T1);
-                    /* and this pair's next blocks to L1, two tiles ahead */
-                    for (int i = 0; i < Rn; i++)
-                        for (int64_t p = e * bs; p < TD_MIN(nb, e + 2 * per) * bs; p += 64)
-                            _mm_prefetch((const char *)nx + (size_t)i * rb + p, _MM_HINT_T0);
-                    done = e;
-                }
-                f4(w, n, s, q16 + t * n, QK, d4 + t * nb, 4, nb, b0, b1, accb ? acc[t / 4] : a1,
-                   out + t * out_ld + r, out_ld);
-            }
-            for (; t < T; t++) { /* the last tile's accumulators: one token each */
-                if (accb) {
-                    __m256 *at = &acc[t / 4][0][t % 4];
-                    __m256 ta[2][4] = {{at[0]}, {at[4]}};
-                    f1(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, ta, out + t * out_ld + r,
-                       out_ld);
-                    at[0] = ta[0][0];
-                    at[4] = ta[1][0];
-                } else
-                    f1(w, n, s, q16 + t * n, n, d + t, T, nb, b0, b1, a1, out + t * out_ld + r,
-                       out_ld);
+    const int64_t n = a->n, nb = n / QK, G = a->G, p = t / 2, h = t % 2;
+    for (int64_t g = 0; g < G; g++) {
+        __m256i v[8], s[8];
+        int32_t *qc = a->qc + ((p * G + g) * 2 + h) * 8;
+        float *qd = a->qd + ((p * G + g) * 2 + h) * 8;
+        for (int j = 0; j < 8; j++) {
+            const int64_t b = 8 * g + j;
+            if (b < nb) {
+                v[j] = _mm256_loadu_si256((const __m256i *)(a->q + t * n + b * QK));
+                /* the block's sum: maddubs against ones, then pairs */
+                __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v[j]);
+                __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+                __m128i x = _mm_add_epi32(_mm256_castsi256_si128(s32),
+                                          _mm256_extracti128_si256(s32, 1));
+                x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
+                x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 1));
+                qc[j] = -128 * _mm_cvtsi128_si32(x);
+                qd[j] = a->d[b * a->T + t];
+            } else {
+                v[j] = _mm256_setzero_si256();
+                qc[j] = 0;
+                qd[j] = 0.0f;
             }
         }
-        if (Rn && done < nb)
-            widen(W->dtype, nx, rb, Rn, n, done, nb, w16[cur ^ 1], ws[cur ^ 1]);
+        transpose8(v, s);
+        for (int k = 0; k < 8; k++)
+            _mm256_store_si256((__m256i *)(a->qt + (((p * G + g) * 8 + k) * 2 + h) * 32), s[k]);
+    }
+}
+
+/* The zero token that completes an odd count's last pair. */
+static void zero_pad_token(const td_q8_act_t *a)
+{
+    const int64_t G = a->G, p = a->T / 2;
+    for (int64_t g = 0; g < G; g++) {
+        for (int k = 0; k < 8; k++)
+            memset(a->qt + (((p * G + g) * 8 + k) * 2 + 1) * 32, 0, 32);
+        memset(a->qc + ((p * G + g) * 2 + 1) * 8, 0, 8 * sizeof(int32_t));
+        memset(a->qd + ((p * G + g) * 2 + 1) * 8, 0, 8 * sizeof(float));
+    }
+}
+
+/* AVX-512: R rows (wt, wd: widen_rows' layout, offset) against P pairs of tokens (pairs p0 ..):
+ * out[t * out_ld + r] for the pairs' tokens below T. Per group, each (row, pair)'s two outputs'
+ * block sums start from the pair's corrections, take eight vpdpbusd, then one conversion and one
+ * multiply-add; the pairs' 64 bytes are loaded once for all rows, each row's 32 broadcast to
+ * both halves. */
+KI512 void tile_vnni(int R, int P, const uint8_t *wt, const float *wd, int64_t G,
+                     const td_q8_act_t *a, int64_t p0, float *out, int64_t out_ld)
+{
+    __m512 acc[4][3];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 3
+        for (int p = 0; p < P; p++)
+            acc[r][p] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        __m512i s[4][3];
+#pragma GCC unroll 3
+        for (int p = 0; p < P; p++) {
+            __m512i c = _mm512_load_si512(a->qc + ((p0 + p) * G + g) * 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                s[r][p] = c;
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i wv[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                wv[r] = _mm512_broadcast_i64x4(
+                    _mm256_load_si256((const __m256i *)(wt + r * G * 256 + (g * 8 + k) * 32)));
+#pragma GCC unroll 3
+            for (int p = 0; p < P; p++) {
+                __m512i qv = _mm512_load_si512(a->qt + (((p0 + p) * G + g) * 8 + k) * 64);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++)
+                    s[r][p] = _mm512_dpbusd_epi32(s[r][p], wv[r], qv);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512 dw = _mm512_broadcast_f32x8(_mm256_load_ps(wd + r * G * 8 + g * 8));
+#pragma GCC unroll 3
+            for (int p = 0; p < P; p++)
+                acc[r][p] = _mm512_fmadd_ps(
+                    _mm512_mul_ps(dw, _mm512_load_ps(a->qd + ((p0 + p) * G + g) * 16)),
+                    _mm512_cvtepi32_ps(s[r][p]), acc[r][p]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int p = 0; p < P; p++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const int64_t t = 2 * (p0 + p);
+            out[t * out_ld + r] = lanes(_mm512_castps512_ps256(acc[r][p]));
+            if (t + 1 < a->T)
+                out[(t + 1) * out_ld + r] = lanes(_mm512_extractf32x8_ps(acc[r][p], 1));
+        }
+}
+
+/* AVX2: R rows (signed) against the two tokens of pair p0: the same sums, each step's bytes
+ * sign-extended to 16 bits by index parity (E: bytes 4j and 4j + 2, O: 4j + 1 and 4j + 3) so
+ * that pmaddwd(wE, qE) + pmaddwd(wO, qO) is lane j's sum of four products. */
+KI void tile_avx2(int R, const uint8_t *wt, const float *wd, int64_t G, const td_q8_act_t *a,
+                  int64_t p0, float *out, int64_t out_ld)
+{
+    __m256 acc[2][2];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        __m256i s[2][2];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++)
+            s[r][0] = s[r][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m256i we[2], wo[2];
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) {
+                __m256i v = _mm256_load_si256((const __m256i *)(wt + r * G * 256 + (g * 8 + k) * 32));
+                we[r] = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
+                wo[r] = _mm256_srai_epi16(v, 8);
+            }
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i v = _mm256_load_si256(
+                    (const __m256i *)(a->qt + (((p0 * G + g) * 8 + k) * 2 + h) * 32));
+                __m256i qe = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
+                __m256i qo = _mm256_srai_epi16(v, 8);
+#pragma GCC unroll 2
+                for (int r = 0; r < R; r++)
+                    s[r][h] = _mm256_add_epi32(
+                        s[r][h], _mm256_add_epi32(_mm256_madd_epi16(we[r], qe),
+                                                  _mm256_madd_epi16(wo[r], qo)));
+            }
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) {
+            __m256 dw = _mm256_load_ps(wd + r * G * 8 + g * 8);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                acc[r][h] = _mm256_fmadd_ps(
+                    _mm256_mul_ps(dw, _mm256_load_ps(a->qd + ((p0 * G + g) * 2 + h) * 8)),
+                    _mm256_cvtepi32_ps(s[r][h]), acc[r][h]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < 2 && 2 * p0 + h < a->T; h++)
+            out[(2 * p0 + h) * out_ld + r] = lanes(acc[r][h]);
+}
+
+#define VP 2 /* token pairs per AVX-512 tile */
+typedef void (*tile_t_fn)(const uint8_t *, const float *, int64_t, const td_q8_act_t *, int64_t,
+                          float *, int64_t);
+#define TILEV(R, P)                                                                                \
+    K512 static void tv_##R##x##P(const uint8_t *wt, const float *wd, int64_t G,                   \
+                                  const td_q8_act_t *a, int64_t p0, float *out, int64_t out_ld)    \
+    {                                                                                              \
+        tile_vnni(R, P, wt, wd, G, a, p0, out, out_ld);                                            \
+    }
+#define TILEA(R)                                                                                   \
+    K static void ta_##R(const uint8_t *wt, const float *wd, int64_t G, const td_q8_act_t *a,      \
+                         int64_t p0, float *out, int64_t out_ld)                                   \
+    {                                                                                              \
+        tile_avx2(R, wt, wd, G, a, p0, out, out_ld);                                               \
+    }
+TILEV(1, 1) TILEV(2, 1) TILEV(3, 1) TILEV(4, 1)
+TILEV(1, 2) TILEV(2, 2) TILEV(3, 2) TILEV(4, 2)
+TILEA(1) TILEA(2)
+static const tile_t_fn tiles_v[VP][4] = {{tv_1x1, tv_2x1, tv_3x1, tv_4x1},
+                                         {tv_1x2, tv_2x2, tv_3x2, tv_4x2}};
+
+/* Rows [r0, r1) against a's T >= 4 tokens: groups of rows (four for AVX-512, two for AVX2)
+ * widened into scratch (or memory of their own where scratch is too small), then every tile of
+ * pairs of tokens against them. False (nothing done) where that memory cannot be had. */
+static bool rows_t(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_t *a, float *out,
+                   int64_t out_ld, void *scratch, size_t scratch_bytes, bool vnni)
+{
+    const int64_t nb = W->cols / QK, G = a->G, pairs = (a->T + 1) / 2;
+    const size_t rb = td_dtype_row_bytes(W->dtype, W->cols);
+    const int RG = vnni ? 4 : 2;
+    const size_t need = (size_t)RG * G * (256 + 8 * sizeof(float));
+    uint8_t *mem = scratch, *own = NULL;
+    if (need > scratch_bytes || (uintptr_t)scratch % 64) {
+        if (!(mem = own = aligned_alloc(64, (need + 63) / 64 * 64)))
+            return false;
+    }
+    uint8_t *wt = mem;
+    float *wd = (float *)(mem + (size_t)RG * G * 256);
+    const uint8_t *data = W->data;
+    for (int64_t r = r0; r < r1; r += RG) {
+        const int R = (int)TD_MIN(RG, r1 - r);
+        widen_rows(W->dtype, data + (size_t)r * rb, rb, R, nb, G, vnni, wt, wd);
+        if (vnni) {
+            for (int64_t p = 0; p < pairs; p += VP) {
+                const int P = (int)TD_MIN(VP, pairs - p);
+                tiles_v[P - 1][R - 1](wt, wd, G, a, p, out + r, out_ld);
+            }
+        } else {
+            for (int64_t p = 0; p < pairs; p++)
+                (R == 2 ? ta_2 : ta_1)(wt, wd, G, a, p, out + r, out_ld);
+        }
     }
     free(own);
     return true;
 }
 
-/* [Q8_0, Q4_0][R - 1] for one token */
-static const tile_fn tiles1[2][4] = {{q8_1x1, q8_2x1, q8_3x1, q8_4x1},
-                                     {q4_1x1, q4_2x1, q4_3x1, q4_4x1}};
+/* [AVX2, AVX-512][Q8_0, Q4_0][R - 1] for one token */
+static const tile_fn tiles1[2][2][4] = {
+    {{q8_1, q8_2, q8_3, q8_4}, {q4_1, q4_2, q4_3, q4_4}},
+    {{q8v_1, q8v_2, q8v_3, q8v_4}, {q4v_1, q4v_2, q4v_3, q4v_4}}};
 #endif
 
 bool td__cpu_q8_wide(int64_t T)
@@ -479,8 +586,11 @@ void td__cpu_quant_act(const float *x, int64_t x_ld, const td_q8_act_t *a, int64
 #ifdef TD_CPU_FMA_KERNELS
         if (td__cpu_fma()) {
             quant_row_avx2(xr, a->n, qr, dr, a->T);
-            if (a->q16)
+            if (a->qt) {
                 widen_act(a, t);
+                if (t == a->T - 1 && a->T % 2)
+                    zero_pad_token(a);
+            }
             continue;
         }
 #endif
@@ -498,17 +608,14 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_
     const uint8_t *data = W->data;
 #ifdef TD_CPU_FMA_KERNELS
     if (td__cpu_fma()) {
-        /* four tokens or more: rows16, two rows against four tokens (measured here, one
-         * thread's CPU time on 2304x768 Q8_0 against 120 tokens, a standalone copy of each loop:
-         * 74 GFLOP/s at 768 values a row; the 8-bit maddubs tiles it replaced 66-67 at 2x8,
-         * 64-66 at 3x4, 63 at 4x3, 64 at 2x6; 16-bit 4x3 or 3x3 with the rows' halves reloaded
-         * from L1 63-64, the tokens widened inside the tile 68-71; in the engine, the ~100M
-         * llama's 128-token Q8_0 prefill takes 0.23-0.25 s of CPU where the 2x8 tiles took
-         * 0.27-0.29). Fewer tokens (or no memory for rows16's copies): four rows at a time, one
-         * token each */
-        if (T >= 4 && a->q16 && rows16(W, r0, r1, a, out, out_ld, scratch, scratch_bytes))
+        /* four tokens or more: the tiles over blocks laid out across the lanes (measured here,
+         * see BENCHMARKS.md); fewer (or no memory for the rows' copies): up to four rows at a
+         * time against one token, from the stored blocks */
+        if (T >= 4 && a->qt &&
+            rows_t(W, r0, r1, a, out, out_ld, scratch, scratch_bytes,
+                   td__cpu_isa() >= TD_CPU_ISA_AVX512))
             return;
-        const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1;
+        const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1, v = td__cpu_isa() >= TD_CPU_ISA_AVX512;
         for (int64_t r = r0; r < r1; r += 4) {
             int R = (int)TD_MIN(4, r1 - r);
             const uint8_t *w[4];
@@ -517,7 +624,7 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_
             float o[4][8];
             for (int64_t t = 0; t < T; t++) {
                 const char *pf = T == 1 ? (const char *)(w[0] + (size_t)R * rb) : NULL;
-                tiles1[k][R - 1](w, q + t * n, n, d + t, T, nb, o, pf);
+                tiles1[v][k][R - 1](w, q + t * n, d + t, T, nb, o, pf);
                 for (int i = 0; i < R; i++)
                     out[t * out_ld + r + i] = o[i][0];
             }

@@ -1,0 +1,187 @@
+/* test_cpu_q8.c: the CPU backend's Q8_0 and Q4_0 matmuls against 8-bit activations
+ * (common/backend/cpu/cpu_q8.c), bitwise against a scalar model of their numerics written here
+ * from the description in cpu_q8.c: each token quantised per block of 32 (step amax / 127 rounded
+ * to fp16, values rint(x * 127 / amax)), each block's exact integer sum S_b, lane b mod 8 taking
+ * (dw * dx) * S_b (one fused multiply-add where the kernels are x86-64-v3's, a multiply then an
+ * add for the portable loop), then the lanes' fixed tree. Every instruction-set level this CPU
+ * has (portable, AVX2, AVX-512), 1 and 2 threads, token counts that take the one-token kernels
+ * (1-3) and the prefill tiles (4 and up, odd and even: the tiles pair tokens), rows that leave
+ * every remainder of the tiles' groups of rows, and columns that leave a partial group of eight
+ * blocks. */
+#include "../../../common/backend/cpu/cpu_impl.h"
+#include "td_backend.h"
+#include "td_check.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t next_u32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+static float frand(void) /* [-1, 1) */
+{
+    return (float)(next_u32() & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    _Float16 v;
+    memcpy(&v, &h, 2);
+    return (float)v;
+}
+
+static uint16_t f32_to_f16(float f)
+{
+    _Float16 v = (_Float16)f;
+    uint16_t h;
+    memcpy(&h, &v, 2);
+    return h;
+}
+
+/* A rows x cols Q8_0 or Q4_0 matrix of random blocks (some with the extreme values). */
+static td_mat_t rand_mat(td_dtype_t dt, int64_t rows, int64_t cols)
+{
+    td_mat_t m = {.dtype = dt, .rows = rows, .cols = cols};
+    const size_t rb = td_dtype_row_bytes(dt, cols), bs = dt == TD_DTYPE_Q8_0 ? 34 : 18;
+    uint8_t *d = malloc(rb * (size_t)rows);
+    ck_assert_ptr_nonnull(d);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < cols / 32; b++) {
+            uint8_t *blk = d + (size_t)r * rb + (size_t)b * bs;
+            uint16_t s = f32_to_f16((0.5f + 0.5f * frand()) / 127);
+            memcpy(blk, &s, 2);
+            for (size_t j = 2; j < bs; j++)
+                blk[j] = (uint8_t)next_u32();
+            if (dt == TD_DTYPE_Q8_0 && b % 7 == 3) /* the extremes: -128 and 127 */
+                for (int j = 0; j < 32; j++)
+                    blk[2 + j] = (uint8_t)(j % 2 ? 0x80 : 0x7f);
+        }
+    m.data = d;
+    return m;
+}
+
+/* Weight j of block b of row r, and the block's step. */
+static int wval(const td_mat_t *W, int64_t r, int64_t b, int j, float *dw)
+{
+    const size_t rb = td_dtype_row_bytes(W->dtype, W->cols);
+    const uint8_t *row = (const uint8_t *)W->data + (size_t)r * rb;
+    uint16_t h;
+    if (W->dtype == TD_DTYPE_Q8_0) {
+        const uint8_t *blk = row + b * 34;
+        memcpy(&h, blk, 2);
+        *dw = f16_to_f32(h);
+        return (int8_t)blk[2 + j];
+    }
+    const uint8_t *blk = row + b * 18;
+    memcpy(&h, blk, 2);
+    *dw = f16_to_f32(h);
+    return (j < 16 ? blk[2 + j] & 0xf : blk[2 + j - 16] >> 4) - 8;
+}
+
+/* The model: out[t * out_ld + r]. */
+static void model(const td_mat_t *W, const float *x, int x_ld, int T, float *out, int out_ld,
+                  bool fused)
+{
+    const int64_t n = W->cols, nb = n / 32;
+    int8_t *q = malloc((size_t)n);
+    float *dx = malloc((size_t)nb * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * x_ld;
+        for (int64_t b = 0; b < nb; b++) {
+            float amax = 0;
+            for (int j = 0; j < 32; j++)
+                amax = fmaxf(amax, fabsf(xt[b * 32 + j]));
+            dx[b] = f16_to_f32(f32_to_f16(amax / 127.0f));
+            float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            for (int j = 0; j < 32; j++)
+                q[b * 32 + j] = (int8_t)rintf(xt[b * 32 + j] * id);
+        }
+        for (int64_t r = 0; r < W->rows; r++) {
+            float acc[8] = {0};
+            for (int64_t b = 0; b < nb; b++) {
+                float dw = 0;
+                int32_t s = 0;
+                for (int j = 0; j < 32; j++)
+                    s += wval(W, r, b, j, &dw) * q[b * 32 + j];
+                float dd = dw * dx[b];
+                acc[b % 8] = fused ? fmaf(dd, (float)s, acc[b % 8]) : acc[b % 8] + dd * (float)s;
+            }
+            out[(size_t)t * out_ld + r] =
+                ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        }
+    }
+    free(q);
+    free(dx);
+}
+
+START_TEST(test_q8_numerics)
+{
+    const int top = td__cpu_isa();
+    const td_dtype_t dts[] = {TD_DTYPE_Q8_0, TD_DTYPE_Q4_0};
+    const int64_t shapes[][2] = {{13, 32}, {9, 96}, {7, 256}, {11, 288}, {6, 800}, {17, 2304}};
+    const int Ts[] = {1, 2, 3, 4, 5, 7, 8, 16, 33};
+    int compared = 0;
+    for (int level = TD_CPU_ISA_GENERIC; level <= top; level++) {
+        td__cpu_isa_cap(level);
+        for (int threads = 1; threads <= 2; threads++) {
+            td_backend_t *b = td_cpu_backend_create(threads);
+            ck_assert_ptr_nonnull(b);
+            for (size_t di = 0; di < 2; di++)
+                for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+                    td_mat_t W = rand_mat(dts[di], shapes[si][0], shapes[si][1]);
+                    for (size_t ti = 0; ti < sizeof(Ts) / sizeof(Ts[0]); ti++) {
+                        const int T = Ts[ti], x_ld = (int)W.cols + 3, out_ld = (int)W.rows + 2;
+                        float *x = malloc(sizeof(float) * (size_t)T * x_ld);
+                        for (int i = 0; i < T * x_ld; i++)
+                            x[i] = frand() * (i % 97 == 5 ? 40.0f : 1.0f);
+                        for (int c = 64; c < 96 && c < W.cols; c++) /* an all-zero block */
+                            x[c] = 0.0f;
+                        size_t no = (size_t)T * out_ld;
+                        float *got = calloc(no, sizeof(float)), *want = calloc(no, sizeof(float));
+                        b->matmul(b, got, out_ld, x, x_ld, T, &W);
+                        model(&W, x, x_ld, T, want, out_ld, level >= TD_CPU_ISA_AVX2);
+                        for (int t = 0; t < T; t++)
+                            for (int64_t r = 0; r < W.rows; r++) {
+                                size_t i = (size_t)t * out_ld + r;
+                                if (memcmp(&got[i], &want[i], sizeof(float)))
+                                    ck_abort_msg("%s %lldx%lld level %d threads %d T=%d: out[%d][%lld] "
+                                                 "%.9g, the model %.9g",
+                                                 td_dtype_name(W.dtype), (long long)W.rows,
+                                                 (long long)W.cols, level, threads, T, t,
+                                                 (long long)r, got[i], want[i]);
+                                compared++;
+                            }
+                        free(x), free(got), free(want);
+                    }
+                    free((void *)W.data);
+                }
+            b->destroy(b);
+        }
+    }
+    td__cpu_isa_cap(TD_CPU_ISA_AVX512);
+    ck_assert_int_gt(compared, 0);
+    if (top < TD_CPU_ISA_AVX512)
+        fprintf(stderr, "test_q8_numerics: this CPU's level is %d: the AVX-512 kernels were not "
+                        "run\n", top);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cpu_q8");
+    TCase *tc = tcase_create("numerics");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_q8_numerics);
+    suite_add_tcase(s, tc);
+    return td_check_run(s);
+}
