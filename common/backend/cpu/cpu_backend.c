@@ -282,17 +282,18 @@ static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld
                       const td_mat_t *W)
 {
     const int64_t n = W->cols, nb = n / 32, G = (nb + 7) / 8;
-    /* per token: int8 values and steps; wide, half a pair's copy (one more token's worth and
+    /* per token: int8 values, steps and block sums; wide, half a pair's copy (one more token's worth and
      * the alignments kept aside) */
-    const int64_t per_tok = n + 4 * nb + (td__cpu_q8_wide(T) ? (int64_t)q8_wide_bytes(2, G) / 2 : 0);
+    const int64_t per_tok = n + 8 * nb + (td__cpu_q8_wide(T) ? (int64_t)q8_wide_bytes(2, G) / 2 : 0);
     const int64_t group = (XQ_BYTES - 4 * 64 - (int64_t)q8_wide_bytes(2, G)) / per_tok;
     TD_ASSERT(group >= 4);
     for (int64_t t0 = 0; t0 < T; t0 += group) {
         int64_t Tg = TD_MIN(group, T - t0);
         const bool w = td__cpu_q8_wide(Tg);
         float *d = c->xq;
-        int8_t *q = (int8_t *)(d + Tg * nb);
-        td_q8_act_t a = {Tg, n, q, d, G, NULL, NULL, NULL};
+        int32_t *qs = (int32_t *)(d + Tg * nb);
+        int8_t *q = (int8_t *)(qs + Tg * nb);
+        td_q8_act_t a = {Tg, n, q, d, qs, G, NULL, NULL, NULL};
         if (w) { /* the tiles' copy 64-byte aligned after the int8 values */
             const size_t pg = (size_t)((Tg + 1) / 2) * (size_t)G;
             a.qt = (int8_t *)(((uintptr_t)(q + Tg * n) + 63) & ~(uintptr_t)63);

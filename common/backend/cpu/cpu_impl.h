@@ -106,7 +106,8 @@ bool td__cpu_dot_rows(const td_mat_t *W, int64_t r0, int64_t r1, int64_t c0, int
 bool td__cpu_q8_act(td_dtype_t t);
 /* A group of T tokens quantised for Q8_0 / Q4_0 weights: q[T][n] (n a multiple of 32) and the
  * blocks' steps d[b * T + t] (fp16 values, as floats; block-major, so that one token's kernel
- * reads a group's steps T apart); where qt is set (td__cpu_q8_wide), also the prefill tiles'
+ * reads a group's steps T apart), on x86-64-v3 with qs[b * T + t] = -128 * the block's sum of
+ * values (what the AVX-512 kernels' unsigned weights w + 128 add to it); where qt is set (td__cpu_q8_wide), also the prefill tiles'
  * copy (cpu_q8.c): G = ceil(n / 256) groups of eight blocks, tokens in pairs ((T + 1) / 2 of
  * them, an odd count's last completed by zeros): qt[pair][G][8 steps][2 tokens][32] int8,
  * qc[pair][G][2][8] (-128 * each block's sum of values) and qd[pair][G][2][8] (the steps; 0 past
@@ -115,6 +116,7 @@ typedef struct td_q8_act {
     int64_t T, n;
     int8_t *q;
     float *d;
+    int32_t *qs;
     int64_t G;
     int8_t *qt;
     int32_t *qc;

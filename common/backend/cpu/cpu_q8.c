@@ -163,13 +163,6 @@ KI __m256i lane_sums(__m256i w, __m256i q)
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* The same with AVX-512 VNNI: one vpdpbusd in place of maddubs and madd. */
-KI512 __m256i lane_sums_vnni(__m256i w, __m256i q)
-{
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w),
-                               _mm256_sign_epi8(q, w));
-}
-
 /* Eight blocks' lane sums v[j] to their totals, block j in lane j: pairs, then quarters within
  * each 128-bit half (hadd), then the halves. Integer additions: exact in any order. */
 KI __m256i block_sums(const __m256i v[8])
@@ -219,83 +212,151 @@ KI __m256 wsteps8(const uint8_t *row, int64_t b0, int bs)
     return _mm256_cvtph_ps(_mm256_castsi256_si128(g));
 }
 
-/* R rows against one token (values q, block b's step d[b * ldd]) straight from the stored
- * blocks: out[r][0]. Eight blocks at a time: each block's lane sums, then block_sums; a last
- * group of fewer than eight takes zeros (and zero steps) in the lanes past the row's end. */
-/* tile (AVX2: maddubs) and tile_v (AVX-512 VNNI: vpdpbusd), one body. */
-#define ONE_TOKEN_TILE(NAME, ATTR, LS)                                                             \
-ATTR void NAME(td_dtype_t T, int R, const uint8_t *const *w, const int8_t *q, const float *d,      \
-             int64_t ldd, int64_t nb, float out[4][8], const char *pf)                             \
-{                                                                                                  \
-    const int bs = T == TD_DTYPE_Q8_0 ? 34 : 18;                                                   \
-    const __m256i didx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),             \
-                                            _mm256_set1_epi32((int)ldd));                          \
-    __m256 acc[4];                                                                                 \
-_Pragma("GCC unroll 4")                                                                            \
-    for (int r = 0; r < R; r++)                                                                    \
-        acc[r] = _mm256_setzero_ps();                                                              \
-    int64_t b0 = 0;                                                                                \
-    for (; b0 + 8 <= nb; b0 += 8) {                                                                \
-        if (pf) /* one token: the next group of rows, one sequential stream a group ahead */       \
-_Pragma("GCC unroll 8")                                                                            \
-            for (int p = 0; p < R * bs * 8; p += 64)                                               \
-                _mm_prefetch(pf + (size_t)b0 * R * bs + p, _MM_HINT_T0);                           \
-        const __m256 dxv = ldd == 1 ? _mm256_loadu_ps(d + b0)                                      \
-                                    : _mm256_i32gather_ps(d + b0 * ldd, didx, 4);                  \
-_Pragma("GCC unroll 4")                                                                            \
-        for (int r = 0; r < R; r++) {                                                              \
-            __m256i v[8];                                                                          \
-_Pragma("GCC unroll 8")                                                                            \
-            for (int j = 0; j < 8; j++)                                                            \
-                v[j] = LS(wvec(T, w[r] + (b0 + j) * bs),                                           \
-                                 _mm256_loadu_si256((const __m256i *)(q + (b0 + j) * QK)));        \
-            __m256 s = _mm256_cvtepi32_ps(block_sums(v));                                          \
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(wsteps8(w[r], b0, bs), dxv), s, acc[r]);        \
-        }                                                                                          \
-    }                                                                                              \
-    if (b0 < nb) {                                                                                 \
-        const int m = (int)(nb - b0);                                                              \
-        float dx[8] = {0};                                                                         \
-        for (int j = 0; j < m; j++)                                                                \
-            dx[j] = d[(b0 + j) * ldd];                                                             \
-        const __m256 dxv = _mm256_loadu_ps(dx);                                                    \
-        for (int r = 0; r < R; r++) {                                                              \
-            __m256i v[8];                                                                          \
-            float dw[8] = {0};                                                                     \
-            for (int j = 0; j < 8; j++) {                                                          \
-                if (j < m) {                                                                       \
-                    const uint8_t *blk = w[r] + (b0 + j) * bs;                                     \
-                    v[j] = LS(wvec(T, blk),                                                        \
-                                     _mm256_loadu_si256((const __m256i *)(q + (b0 + j) * QK)));    \
-                    dw[j] = wstep(blk);                                                            \
-                } else {                                                                           \
-                    v[j] = _mm256_setzero_si256();                                                 \
-                }                                                                                  \
-            }                                                                                      \
-            __m256 s = _mm256_cvtepi32_ps(block_sums(v));                                          \
-            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dw), dxv), s, acc[r]);          \
-        }                                                                                          \
-    }                                                                                              \
-_Pragma("GCC unroll 4")                                                                            \
-    for (int r = 0; r < R; r++)                                                                    \
-        out[r][0] = lanes(acc[r]);                                                                 \
-}                                                                                                  \
-                                                                                                   \
-typedef void (*tile_fn)(const uint8_t *const *, const int8_t *, const float *, int64_t, int64_t,   \
-                        float[4][8], const char *);
-ONE_TOKEN_TILE(tile, KI, lane_sums)
-ONE_TOKEN_TILE(tile_v, KI512, lane_sums_vnni)
+/* Blocks b0 .. b0 + m - 1 (m < 8, the row's last) of R rows against one token: lane j adds
+ * block b0 + j's (dw * dx) * S; the lanes past m take zeros with zero steps. */
+KI void tail_group(td_dtype_t T, int R, const uint8_t *const *w, const int8_t *q, const float *d,
+                   int64_t ldd, int64_t b0, int m, __m256 acc[4])
+{
+    const int bs = T == TD_DTYPE_Q8_0 ? 34 : 18;
+    float dx[8] = {0};
+    for (int j = 0; j < m; j++)
+        dx[j] = d[(b0 + j) * ldd];
+    const __m256 dxv = _mm256_loadu_ps(dx);
+    for (int r = 0; r < R; r++) {
+        __m256i v[8];
+        float dw[8] = {0};
+        for (int j = 0; j < 8; j++) {
+            if (j < m) {
+                const uint8_t *blk = w[r] + (b0 + j) * bs;
+                v[j] = lane_sums(wvec(T, blk),
+                                 _mm256_loadu_si256((const __m256i *)(q + (b0 + j) * QK)));
+                dw[j] = wstep(blk);
+            } else {
+                v[j] = _mm256_setzero_si256();
+            }
+        }
+        __m256 s = _mm256_cvtepi32_ps(block_sums(v));
+        acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(dw), dxv), s, acc[r]);
+    }
+}
 
+/* Token step i of a group: d[(b0 + i) * ldd] for i < 8, one load where they are adjacent. */
+KI __m256 steps8(const float *d, int64_t b0, int64_t ldd)
+{
+    if (ldd == 1)
+        return _mm256_loadu_ps(d + b0);
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                           _mm256_set1_epi32((int)ldd));
+    return _mm256_i32gather_ps(d + b0 * ldd, idx, 4);
+}
+
+/* R rows against one token (values q, block b's step d[b * ldd]) straight from the stored
+ * blocks: out[r][0], AVX2. Eight blocks at a time: each block's lane sums (maddubs), then
+ * block_sums. */
+KI void tile(td_dtype_t T, int R, const uint8_t *const *w, const int8_t *q, const float *d,
+             int64_t ldd, int64_t nb, float out[4][8], const char *pf)
+{
+    const int bs = T == TD_DTYPE_Q8_0 ? 34 : 18;
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm256_setzero_ps();
+    int64_t b0 = 0;
+    for (; b0 + 8 <= nb; b0 += 8) {
+        if (pf) /* one token: the next group of rows, one sequential stream a group ahead */
+#pragma GCC unroll 8
+            for (int p = 0; p < R * bs * 8; p += 64)
+                _mm_prefetch(pf + (size_t)b0 * R * bs + p, _MM_HINT_T0);
+        const __m256 dxv = steps8(d, b0, ldd);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256i v[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                v[j] = lane_sums(wvec(T, w[r] + (b0 + j) * bs),
+                                 _mm256_loadu_si256((const __m256i *)(q + (b0 + j) * QK)));
+            __m256 s = _mm256_cvtepi32_ps(block_sums(v));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(wsteps8(w[r], b0, bs), dxv), s, acc[r]);
+        }
+    }
+    if (b0 < nb)
+        tail_group(T, R, w, q, d, ldd, b0, (int)(nb - b0), acc);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        out[r][0] = lanes(acc[r]);
+}
+
+/* The same with AVX-512 VNNI: two blocks per 512-bit vpdpbusd on the weights as w + 128 (the
+ * token's -128 * block sums, qs, cancel the offset), then the four vectors' 64 lane sums folded
+ * to the eight blocks' totals by three rounds of even + odd lanes (vpermt2d, then vpermd). */
+KI512 void tile_v(td_dtype_t T, int R, const uint8_t *const *w, const int8_t *q, const float *d,
+                  const int32_t *qs, int64_t ldd, int64_t nb, float out[4][8], const char *pf)
+{
+    const int bs = T == TD_DTYPE_Q8_0 ? 34 : 18;
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
+                  io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31),
+                  flip = _mm512_set1_epi8((char)0x80);
+    const __m256i sidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                            _mm256_set1_epi32((int)ldd));
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm256_setzero_ps();
+    int64_t b0 = 0;
+    for (; b0 + 8 <= nb; b0 += 8) {
+        if (pf)
+#pragma GCC unroll 8
+            for (int p = 0; p < R * bs * 8; p += 64)
+                _mm_prefetch(pf + (size_t)b0 * R * bs + p, _MM_HINT_T0);
+        const __m256 dxv = steps8(d, b0, ldd);
+        const __m256i corr = ldd == 1 ? _mm256_loadu_si256((const __m256i *)(qs + b0))
+                                      : _mm256_i32gather_epi32((const int *)(qs + b0 * ldd), sidx, 4);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m512i v[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const uint8_t *blk = w[r] + (b0 + 2 * i) * bs;
+                __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(wvec(T, blk)),
+                                               wvec(T, blk + bs), 1);
+                v[i] = _mm512_dpbusd_epi32(
+                    _mm512_setzero_si512(), _mm512_xor_si512(u, flip),
+                    _mm512_loadu_si512((const void *)(q + (b0 + 2 * i) * QK)));
+            }
+            __m512i x = _mm512_add_epi32(_mm512_permutex2var_epi32(v[0], ie, v[1]),
+                                         _mm512_permutex2var_epi32(v[0], io, v[1]));
+            __m512i y = _mm512_add_epi32(_mm512_permutex2var_epi32(v[2], ie, v[3]),
+                                         _mm512_permutex2var_epi32(v[2], io, v[3]));
+            __m512i z = _mm512_add_epi32(_mm512_permutex2var_epi32(x, ie, y),
+                                         _mm512_permutex2var_epi32(x, io, y));
+            __m256i sb = _mm512_castsi512_si256(_mm512_add_epi32(_mm512_permutexvar_epi32(ie, z),
+                                                                 _mm512_permutexvar_epi32(io, z)));
+            __m256 s = _mm256_cvtepi32_ps(_mm256_add_epi32(sb, corr));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(wsteps8(w[r], b0, bs), dxv), s, acc[r]);
+        }
+    }
+    if (b0 < nb)
+        tail_group(T, R, w, q, d, ldd, b0, (int)(nb - b0), acc);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        out[r][0] = lanes(acc[r]);
+}
+
+typedef void (*tile_fn)(const uint8_t *const *, const int8_t *, const float *, const int32_t *,
+                        int64_t, int64_t, float[4][8], const char *);
 #define TILE(name, T, R)                                                                           \
     K static void name##_##R(const uint8_t *const *w, const int8_t *q, const float *d,             \
-                             int64_t ldd, int64_t nb, float out[4][8], const char *pf)             \
+                             const int32_t *qs, int64_t ldd, int64_t nb, float out[4][8],          \
+                             const char *pf)                                                       \
     {                                                                                              \
-        tile(T, R, w, q, d, ldd, nb, out, pf);                                                \
+        (void)qs;                                                                                  \
+        tile(T, R, w, q, d, ldd, nb, out, pf);                                                     \
     }                                                                                              \
     K512 static void name##v_##R(const uint8_t *const *w, const int8_t *q, const float *d,         \
-                                 int64_t ldd, int64_t nb, float out[4][8], const char *pf)         \
+                                 const int32_t *qs, int64_t ldd, int64_t nb, float out[4][8],      \
+                                 const char *pf)                                                   \
     {                                                                                              \
-        tile_v(T, R, w, q, d, ldd, nb, out, pf);                                               \
+        tile_v(T, R, w, q, d, qs, ldd, nb, out, pf);                                               \
     }
 #define TILES(name, T) TILE(name, T, 1) TILE(name, T, 2) TILE(name, T, 3) TILE(name, T, 4)
 TILES(q8, TD_DTYPE_Q8_0)
@@ -360,14 +421,7 @@ K static void widen_act(const td_q8_act_t *a, int64_t t)
             const int64_t b = 8 * g + j;
             if (b < nb) {
                 v[j] = _mm256_loadu_si256((const __m256i *)(a->q + t * n + b * QK));
-                /* the block's sum: maddubs against ones, then pairs */
-                __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v[j]);
-                __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
-                __m128i x = _mm_add_epi32(_mm256_castsi256_si128(s32),
-                                          _mm256_extracti128_si256(s32, 1));
-                x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
-                x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 1));
-                qc[j] = -128 * _mm_cvtsi128_si32(x);
+                qc[j] = a->qs[b * a->T + t];
                 qd[j] = a->d[b * a->T + t];
             } else {
                 v[j] = _mm256_setzero_si256();
@@ -378,6 +432,21 @@ K static void widen_act(const td_q8_act_t *a, int64_t t)
         transpose8(v, s);
         for (int k = 0; k < 8; k++)
             _mm256_store_si256((__m256i *)(a->qt + (((p * G + g) * 8 + k) * 2 + h) * 32), s[k]);
+    }
+}
+
+/* -128 * each block's sum of the values q[0 .. n), to qs[b * ld]: what the weights' offset of 128
+ * adds to a block's sum in the AVX-512 kernels. */
+K static void block_corr(const int8_t *q, int64_t n, int32_t *qs, int64_t ld)
+{
+    for (int64_t b = 0; b < n / QK; b++) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(q + b * QK));
+        __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v),
+                                        _mm256_set1_epi16(1));
+        __m128i x = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+        x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
+        x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 1));
+        qs[b * ld] = -128 * _mm_cvtsi128_si32(x);
     }
 }
 
@@ -586,6 +655,7 @@ void td__cpu_quant_act(const float *x, int64_t x_ld, const td_q8_act_t *a, int64
 #ifdef TD_CPU_FMA_KERNELS
         if (td__cpu_fma()) {
             quant_row_avx2(xr, a->n, qr, dr, a->T);
+            block_corr(qr, a->n, a->qs + t, a->T);
             if (a->qt) {
                 widen_act(a, t);
                 if (t == a->T - 1 && a->T % 2)
@@ -624,7 +694,7 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_
             float o[4][8];
             for (int64_t t = 0; t < T; t++) {
                 const char *pf = T == 1 ? (const char *)(w[0] + (size_t)R * rb) : NULL;
-                tiles1[v][k][R - 1](w, q + t * n, d + t, T, nb, o, pf);
+                tiles1[v][k][R - 1](w, q + t * n, d + t, a->qs + t, T, nb, o, pf);
                 for (int i = 0; i < R; i++)
                     out[t * out_ld + r + i] = o[i][0];
             }
