@@ -275,7 +275,7 @@ static int64_t grain(const cpu_t *c, int64_t rows, int per, int64_t align, int64
 /* Bytes of the prefill tiles' copy of T tokens in G groups (td_q8_act_t's qt, qc, qd). */
 static size_t q8_wide_bytes(int64_t T, int64_t G)
 {
-    return (size_t)((T + 1) / 2) * (size_t)G * (512 + 64 + 64);
+    return (size_t)((T + 1) / 2) * (size_t)G * (1024 + 64 + 64);
 }
 
 static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld, int T,
@@ -293,11 +293,11 @@ static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld
         float *d = c->xq;
         int32_t *qs = (int32_t *)(d + Tg * nb);
         int8_t *q = (int8_t *)(qs + Tg * nb);
-        td_q8_act_t a = {Tg, n, q, d, qs, G, NULL, NULL, NULL};
+        td_q8_act_t a = {Tg, n, q, d, qs, G, td__cpu_isa() >= TD_CPU_ISA_AVX512, NULL, NULL, NULL};
         if (w) { /* the tiles' copy 64-byte aligned after the int8 values */
             const size_t pg = (size_t)((Tg + 1) / 2) * (size_t)G;
             a.qt = (int8_t *)(((uintptr_t)(q + Tg * n) + 63) & ~(uintptr_t)63);
-            a.qc = (int32_t *)(a.qt + pg * 512);
+            a.qc = (int32_t *)(a.qt + pg * 1024);
             a.qd = (float *)(a.qc + pg * 16);
             TD_ASSERT((uint8_t *)(a.qd + pg * 16) <= (uint8_t *)c->xq + XQ_BYTES);
         }

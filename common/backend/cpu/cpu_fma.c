@@ -15,7 +15,9 @@
  * one row's chain of dependent additions would leave the FMA units idle while it waits. */
 #include "cpu_impl.h"
 #include "td_error.h"
+#include "td_log.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef TD_CPU_FMA_KERNELS
@@ -28,8 +30,10 @@
 #define MAC(F, w, x, acc) ((F) ? _mm256_fmadd_ps(w, x, acc) : _mm256_add_ps(acc, _mm256_mul_ps(w, x)))
 #define KI __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
 
-/* The CPU's level, asked once (from any pool thread; read and written atomically), under the
- * cap td__cpu_isa_cap sets. */
+/* The CPU's level, asked once (from any pool thread; read and written atomically), lowered to
+ * the environment's TD_CPU_MAX_ISA (generic, avx2 or avx512: to measure or reproduce a lesser
+ * CPU's kernels on this one; any other value is logged and ignored), under the cap
+ * td__cpu_isa_cap sets. */
 static _Atomic int isa_cap = TD_CPU_ISA_AVX512;
 
 static int isa_detected(void)
@@ -45,6 +49,18 @@ static int isa_detected(void)
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                 __builtin_cpu_supports("avx512vnni"))
                 h = TD_CPU_ISA_AVX512;
+        }
+        const char *env = getenv("TD_CPU_MAX_ISA");
+        if (env) {
+            static const char *const names[] = {"generic", "avx2", "avx512"};
+            int want = -1;
+            for (int i = 0; i < 3; i++)
+                if (strcmp(env, names[i]) == 0)
+                    want = i;
+            if (want < 0)
+                TD_LOG_W("TD_CPU_MAX_ISA=%s: not generic, avx2 or avx512; ignored", env);
+            else if (want < h)
+                h = want;
         }
         atomic_store_explicit(&have, h, memory_order_relaxed);
     }

@@ -109,7 +109,8 @@ bool td__cpu_q8_act(td_dtype_t t);
  * reads a group's steps T apart), on x86-64-v3 with qs[b * T + t] = -128 * the block's sum of
  * values (what the AVX-512 kernels' unsigned weights w + 128 add to it); where qt is set (td__cpu_q8_wide), also the prefill tiles'
  * copy (cpu_q8.c): G = ceil(n / 256) groups of eight blocks, tokens in pairs ((T + 1) / 2 of
- * them, an odd count's last completed by zeros): qt[pair][G][8 steps][2 tokens][32] int8,
+ * them, an odd count's last completed by zeros): qt[pair][G][8 steps][2 tokens][step] (a step
+ * 32 int8 with AVX-512, their 16-bit halves with AVX2),
  * qc[pair][G][2][8] (-128 * each block's sum of values) and qd[pair][G][2][8] (the steps; 0 past
  * the row's end), each 64-byte aligned. */
 typedef struct td_q8_act {
@@ -118,6 +119,7 @@ typedef struct td_q8_act {
     float *d;
     int32_t *qs;
     int64_t G;
+    bool vnni; /* qt's layout: AVX-512's (int8) or AVX2's (16-bit halves) */
     int8_t *qt;
     int32_t *qc;
     float *qd;

@@ -372,12 +372,31 @@ TILES(q4, TD_DTYPE_Q4_0)
  * past the row's end are zeros with a zero step (a multiply-add of 0 leaves a lane as it was).
  *
  * Tokens (td_q8_act_t's qt) come in pairs, T rounded up to even with a zero token: step k of
- * group g of pair p is 64 bytes, the pair's first token's 32 then the second's, so that one
- * 512-bit register holds both and an AVX-512 tile computes two outputs per instruction, each in
- * its own half (its own 8 lanes: the sums are those of one token alone). Rows (in the thread's
- * scratch, widened per group of four rows) are 32 bytes a step: as unsigned bytes w + 128 for
- * vpdpbusd (unsigned times signed), whose sums then carry 128 * the token's block sum, which
- * each token's qc (-128 * that sum, per block) cancels exactly; as signed bytes for AVX2. */
+ * group g of pair p is the pair's first token's step then the second's. With AVX-512 (a->vnni) a
+ * step is the 32 bytes, so that one 512-bit register holds both tokens and a tile computes two
+ * outputs per instruction, each in its own half (its own 8 lanes: the sums are those of one
+ * token alone); rows (in the thread's scratch, widened per group of four rows) are 32 bytes a
+ * step as unsigned bytes w + 128 for vpdpbusd (unsigned times signed), whose sums then carry 128
+ * * the token's block sum, which each token's qc (-128 * that sum, per block) cancels exactly.
+ * With AVX2 a step, token's or row's, is 64 bytes: the 32 signed bytes sign-extended to 16 bits
+ * by index parity, E (bytes 4j and 4j + 2) then O (4j + 1 and 4j + 3), so that pmaddwd(wE, qE) +
+ * pmaddwd(wO, qO) is lane j's sum of four products with no widening in the tile. */
+
+/* Step bytes (a token's or a row's) in the tiles' layout. */
+#define SB(vnni) ((vnni) ? 32 : 64)
+
+/* One step s (32 signed bytes) to dst: as w + 128 where vnni and offset, as is where vnni,
+ * else as its E and O halves. */
+KI void store_step(uint8_t *dst, __m256i s, bool vnni, bool offset)
+{
+    if (vnni) {
+        _mm256_store_si256((__m256i *)dst,
+                           offset ? _mm256_xor_si256(s, _mm256_set1_epi8((char)0x80)) : s);
+    } else {
+        _mm256_store_si256((__m256i *)dst, _mm256_srai_epi16(_mm256_slli_epi16(s, 8), 8));
+        _mm256_store_si256((__m256i *)(dst + 32), _mm256_srai_epi16(s, 8));
+    }
+}
 
 /* The values of block b of a row as 32 ints in value order, and its step, or zeros past nb. */
 KI __m256i wblock8(td_dtype_t t, const uint8_t *row, int64_t b, int64_t nb, float *dw)
@@ -391,20 +410,19 @@ KI __m256i wblock8(td_dtype_t t, const uint8_t *row, int64_t b, int64_t nb, floa
     return wvec(t, blk);
 }
 
-/* R rows (row i at row + i * rb) laid out by groups into wt (G * 256 bytes a row; w + 128 when
- * offset, else w) and their steps into wd (G * 8 floats a row). */
+/* R rows (row i at row + i * rb) laid out by groups into wt (G * 8 steps a row) and their steps
+ * into wd (G * 8 floats a row). */
 K static void widen_rows(td_dtype_t t, const uint8_t *row, size_t rb, int R, int64_t nb,
-                         int64_t G, bool offset, uint8_t *wt, float *wd)
+                         int64_t G, bool vnni, uint8_t *wt, float *wd)
 {
-    const __m256i flip = _mm256_set1_epi8(offset ? (char)0x80 : 0);
-    for (int i = 0; i < R; i++, row += rb, wt += G * 256, wd += G * 8)
+    for (int i = 0; i < R; i++, row += rb, wt += G * 8 * SB(vnni), wd += G * 8)
         for (int64_t g = 0; g < G; g++) {
             __m256i v[8], s[8];
             for (int j = 0; j < 8; j++)
                 v[j] = wblock8(t, row, 8 * g + j, nb, &wd[8 * g + j]);
             transpose8(v, s);
             for (int k = 0; k < 8; k++)
-                _mm256_store_si256((__m256i *)(wt + (g * 8 + k) * 32), _mm256_xor_si256(s[k], flip));
+                store_step(wt + (g * 8 + k) * SB(vnni), s[k], vnni, true);
         }
 }
 
@@ -431,7 +449,8 @@ K static void widen_act(const td_q8_act_t *a, int64_t t)
         }
         transpose8(v, s);
         for (int k = 0; k < 8; k++)
-            _mm256_store_si256((__m256i *)(a->qt + (((p * G + g) * 8 + k) * 2 + h) * 32), s[k]);
+            store_step((uint8_t *)a->qt + (((p * G + g) * 8 + k) * 2 + h) * SB(a->vnni), s[k],
+                       a->vnni, false);
     }
 }
 
@@ -456,7 +475,7 @@ static void zero_pad_token(const td_q8_act_t *a)
     const int64_t G = a->G, p = a->T / 2;
     for (int64_t g = 0; g < G; g++) {
         for (int k = 0; k < 8; k++)
-            memset(a->qt + (((p * G + g) * 8 + k) * 2 + 1) * 32, 0, 32);
+            memset(a->qt + (((p * G + g) * 8 + k) * 2 + 1) * SB(a->vnni), 0, SB(a->vnni));
         memset(a->qc + ((p * G + g) * 2 + 1) * 8, 0, 8 * sizeof(int32_t));
         memset(a->qd + ((p * G + g) * 2 + 1) * 8, 0, 8 * sizeof(float));
     }
@@ -521,57 +540,62 @@ KI512 void tile_vnni(int R, int P, const uint8_t *wt, const float *wd, int64_t G
         }
 }
 
-/* AVX2: R rows (signed) against the two tokens of pair p0: the same sums, each step's bytes
- * sign-extended to 16 bits by index parity (E: bytes 4j and 4j + 2, O: 4j + 1 and 4j + 3) so
- * that pmaddwd(wE, qE) + pmaddwd(wO, qO) is lane j's sum of four products. */
-KI void tile_avx2(int R, const uint8_t *wt, const float *wd, int64_t G, const td_q8_act_t *a,
-                  int64_t p0, float *out, int64_t out_ld)
+/* AVX2: R rows against P pairs of tokens (pairs p0 ..), both in the 16-bit E/O layout: per
+ * group, each output's block sums take sixteen pmaddwd (no widening: rows and tokens were split
+ * when laid out), then one conversion and one multiply-add. Two rows by four tokens keep the
+ * block sums in eight registers; the fp32 accumulators wait in memory between groups. */
+KI void tile_avx2(int R, int P, const uint8_t *wt, const float *wd, int64_t G,
+                  const td_q8_act_t *a, int64_t p0, float *out, int64_t out_ld)
 {
-    __m256 acc[2][2];
+    __m256 acc[2][4];
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
-        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int i = 0; i < 2 * P; i++)
+            acc[r][i] = _mm256_setzero_ps();
+    const uint8_t *qt = (const uint8_t *)a->qt;
     for (int64_t g = 0; g < G; g++) {
-        __m256i s[2][2];
+        __m256i s[2][4];
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++)
-            s[r][0] = s[r][1] = _mm256_setzero_si256();
-#pragma GCC unroll 8
+#pragma GCC unroll 4
+            for (int i = 0; i < 2 * P; i++)
+                s[r][i] = _mm256_setzero_si256();
+#pragma GCC unroll 2
         for (int k = 0; k < 8; k++) {
             __m256i we[2], wo[2];
 #pragma GCC unroll 2
             for (int r = 0; r < R; r++) {
-                __m256i v = _mm256_load_si256((const __m256i *)(wt + r * G * 256 + (g * 8 + k) * 32));
-                we[r] = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
-                wo[r] = _mm256_srai_epi16(v, 8);
+                const uint8_t *ws = wt + r * G * 512 + (g * 8 + k) * 64;
+                we[r] = _mm256_load_si256((const __m256i *)ws);
+                wo[r] = _mm256_load_si256((const __m256i *)(ws + 32));
             }
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                __m256i v = _mm256_load_si256(
-                    (const __m256i *)(a->qt + (((p0 * G + g) * 8 + k) * 2 + h) * 32));
-                __m256i qe = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
-                __m256i qo = _mm256_srai_epi16(v, 8);
+#pragma GCC unroll 4
+            for (int i = 0; i < 2 * P; i++) {
+                const uint8_t *qs = qt + (((p0 + i / 2) * G + g) * 8 + k) * 128 + (i % 2) * 64;
+                __m256i qe = _mm256_load_si256((const __m256i *)qs);
+                __m256i qo = _mm256_load_si256((const __m256i *)(qs + 32));
 #pragma GCC unroll 2
                 for (int r = 0; r < R; r++)
-                    s[r][h] = _mm256_add_epi32(
-                        s[r][h], _mm256_add_epi32(_mm256_madd_epi16(we[r], qe),
-                                                  _mm256_madd_epi16(wo[r], qo)));
+                    s[r][i] = _mm256_add_epi32(
+                        _mm256_add_epi32(s[r][i], _mm256_madd_epi16(we[r], qe)),
+                        _mm256_madd_epi16(wo[r], qo));
             }
         }
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
             __m256 dw = _mm256_load_ps(wd + r * G * 8 + g * 8);
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++)
-                acc[r][h] = _mm256_fmadd_ps(
-                    _mm256_mul_ps(dw, _mm256_load_ps(a->qd + ((p0 * G + g) * 2 + h) * 8)),
-                    _mm256_cvtepi32_ps(s[r][h]), acc[r][h]);
+#pragma GCC unroll 4
+            for (int i = 0; i < 2 * P; i++)
+                acc[r][i] = _mm256_fmadd_ps(
+                    _mm256_mul_ps(dw, _mm256_load_ps(a->qd + (((p0 + i / 2) * G + g) * 2 + i % 2) * 8)),
+                    _mm256_cvtepi32_ps(s[r][i]), acc[r][i]);
         }
     }
 #pragma GCC unroll 2
     for (int r = 0; r < R; r++)
-        for (int h = 0; h < 2 && 2 * p0 + h < a->T; h++)
-            out[(2 * p0 + h) * out_ld + r] = lanes(acc[r][h]);
+        for (int i = 0; i < 2 * P && 2 * p0 + i < a->T; i++)
+            out[(2 * p0 + i) * out_ld + r] = lanes(acc[r][i]);
 }
 
 #define VP 2 /* token pairs per AVX-512 tile */
@@ -583,17 +607,18 @@ typedef void (*tile_t_fn)(const uint8_t *, const float *, int64_t, const td_q8_a
     {                                                                                              \
         tile_vnni(R, P, wt, wd, G, a, p0, out, out_ld);                                            \
     }
-#define TILEA(R)                                                                                   \
-    K static void ta_##R(const uint8_t *wt, const float *wd, int64_t G, const td_q8_act_t *a,      \
-                         int64_t p0, float *out, int64_t out_ld)                                   \
+#define TILEA(R, P)                                                                                \
+    K static void ta_##R##x##P(const uint8_t *wt, const float *wd, int64_t G,                      \
+                               const td_q8_act_t *a, int64_t p0, float *out, int64_t out_ld)       \
     {                                                                                              \
-        tile_avx2(R, wt, wd, G, a, p0, out, out_ld);                                               \
+        tile_avx2(R, P, wt, wd, G, a, p0, out, out_ld);                                            \
     }
 TILEV(1, 1) TILEV(2, 1) TILEV(3, 1) TILEV(4, 1)
 TILEV(1, 2) TILEV(2, 2) TILEV(3, 2) TILEV(4, 2)
-TILEA(1) TILEA(2)
+TILEA(1, 1) TILEA(2, 1) TILEA(1, 2) TILEA(2, 2)
 static const tile_t_fn tiles_v[VP][4] = {{tv_1x1, tv_2x1, tv_3x1, tv_4x1},
-                                         {tv_1x2, tv_2x2, tv_3x2, tv_4x2}};
+                                         {tv_1x2, tv_2x2, tv_3x2, tv_4x2}},
+                       tiles_a[2][2] = {{ta_1x1, ta_2x1}, {ta_1x2, ta_2x2}};
 
 /* Rows [r0, r1) against a's T >= 4 tokens: groups of rows (four for AVX-512, two for AVX2)
  * widened into scratch (or memory of their own where scratch is too small), then every tile of
@@ -604,14 +629,14 @@ static bool rows_t(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_t 
     const int64_t nb = W->cols / QK, G = a->G, pairs = (a->T + 1) / 2;
     const size_t rb = td_dtype_row_bytes(W->dtype, W->cols);
     const int RG = vnni ? 4 : 2;
-    const size_t need = (size_t)RG * G * (256 + 8 * sizeof(float));
+    const size_t need = (size_t)RG * G * 8 * (SB(vnni) + sizeof(float));
     uint8_t *mem = scratch, *own = NULL;
     if (need > scratch_bytes || (uintptr_t)scratch % 64) {
         if (!(mem = own = aligned_alloc(64, (need + 63) / 64 * 64)))
             return false;
     }
     uint8_t *wt = mem;
-    float *wd = (float *)(mem + (size_t)RG * G * 256);
+    float *wd = (float *)(mem + (size_t)RG * G * 8 * SB(vnni));
     const uint8_t *data = W->data;
     for (int64_t r = r0; r < r1; r += RG) {
         const int R = (int)TD_MIN(RG, r1 - r);
@@ -622,8 +647,10 @@ static bool rows_t(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_t 
                 tiles_v[P - 1][R - 1](wt, wd, G, a, p, out + r, out_ld);
             }
         } else {
-            for (int64_t p = 0; p < pairs; p++)
-                (R == 2 ? ta_2 : ta_1)(wt, wd, G, a, p, out + r, out_ld);
+            for (int64_t p = 0; p < pairs; p += 2) {
+                const int P = (int)TD_MIN(2, pairs - p);
+                tiles_a[P - 1][R - 1](wt, wd, G, a, p, out + r, out_ld);
+            }
         }
     }
     free(own);
@@ -682,8 +709,7 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_
          * see BENCHMARKS.md); fewer (or no memory for the rows' copies): up to four rows at a
          * time against one token, from the stored blocks */
         if (T >= 4 && a->qt &&
-            rows_t(W, r0, r1, a, out, out_ld, scratch, scratch_bytes,
-                   td__cpu_isa() >= TD_CPU_ISA_AVX512))
+            rows_t(W, r0, r1, a, out, out_ld, scratch, scratch_bytes, a->vnni))
             return;
         const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1, v = td__cpu_isa() >= TD_CPU_ISA_AVX512;
         for (int64_t r = r0; r < r1; r += 4) {
