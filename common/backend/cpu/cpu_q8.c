@@ -240,6 +240,16 @@ KI void tail_group(td_dtype_t T, int R, const uint8_t *const *w, const int8_t *q
     }
 }
 
+/* One token (pf set): the next group of rows' share of blocks b0 .. b0 + 7, one sequential
+ * stream a group ahead. */
+KI void prefetch_group(const char *pf, int64_t b0, int R, int bs)
+{
+    if (pf)
+#pragma GCC unroll 8
+        for (int p = 0; p < R * bs * 8; p += 64)
+            _mm_prefetch(pf + (size_t)b0 * R * bs + p, _MM_HINT_T0);
+}
+
 /* Token step i of a group: d[(b0 + i) * ldd] for i < 8, one load where they are adjacent. */
 KI __m256 steps8(const float *d, int64_t b0, int64_t ldd)
 {
@@ -263,10 +273,7 @@ KI void tile(td_dtype_t T, int R, const uint8_t *const *w, const int8_t *q, cons
         acc[r] = _mm256_setzero_ps();
     int64_t b0 = 0;
     for (; b0 + 8 <= nb; b0 += 8) {
-        if (pf) /* one token: the next group of rows, one sequential stream a group ahead */
-#pragma GCC unroll 8
-            for (int p = 0; p < R * bs * 8; p += 64)
-                _mm_prefetch(pf + (size_t)b0 * R * bs + p, _MM_HINT_T0);
+        prefetch_group(pf, b0, R, bs);
         const __m256 dxv = steps8(d, b0, ldd);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
@@ -304,10 +311,7 @@ KI512 void tile_v(td_dtype_t T, int R, const uint8_t *const *w, const int8_t *q,
         acc[r] = _mm256_setzero_ps();
     int64_t b0 = 0;
     for (; b0 + 8 <= nb; b0 += 8) {
-        if (pf)
-#pragma GCC unroll 8
-            for (int p = 0; p < R * bs * 8; p += 64)
-                _mm_prefetch(pf + (size_t)b0 * R * bs + p, _MM_HINT_T0);
+        prefetch_group(pf, b0, R, bs);
         const __m256 dxv = steps8(d, b0, ldd);
         const __m256i corr = ldd == 1 ? _mm256_loadu_si256((const __m256i *)(qs + b0))
                                       : _mm256_i32gather_epi32((const int *)(qs + b0 * ldd), sidx, 4);
@@ -481,6 +485,8 @@ static void zero_pad_token(const td_q8_act_t *a)
     }
 }
 
+#define VP 2 /* token pairs per AVX-512 tile */
+
 /* AVX-512: R rows (wt, wd: widen_rows' layout, offset) against P pairs of tokens (pairs p0 ..):
  * out[t * out_ld + r] for the pairs' tokens below T. Per group, each (row, pair)'s two outputs'
  * block sums start from the pair's corrections, take eight vpdpbusd, then one conversion and one
@@ -489,14 +495,14 @@ static void zero_pad_token(const td_q8_act_t *a)
 KI512 void tile_vnni(int R, int P, const uint8_t *wt, const float *wd, int64_t G,
                      const td_q8_act_t *a, int64_t p0, float *out, int64_t out_ld)
 {
-    __m512 acc[4][3];
+    __m512 acc[4][VP];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 3
         for (int p = 0; p < P; p++)
             acc[r][p] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
-        __m512i s[4][3];
+        __m512i s[4][VP];
 #pragma GCC unroll 3
         for (int p = 0; p < P; p++) {
             __m512i c = _mm512_load_si512(a->qc + ((p0 + p) * G + g) * 16);
@@ -598,7 +604,6 @@ KI void tile_avx2(int R, int P, const uint8_t *wt, const float *wd, int64_t G,
             out[(2 * p0 + i) * out_ld + r] = lanes(acc[r][i]);
 }
 
-#define VP 2 /* token pairs per AVX-512 tile */
 typedef void (*tile_t_fn)(const uint8_t *, const float *, int64_t, const td_q8_act_t *, int64_t,
                           float *, int64_t);
 #define TILEV(R, P)                                                                                \
