@@ -94,6 +94,18 @@ int td__cpu_decode_rows(td_dtype_t t);
 void td__cpu_tile(bool fused, int R, int TN, const float *const *w, const float *x, int64_t ld, int64_t n,
                   float out[4][4]);
 
+/* AVX-512 (td__cpu_isa() >= TD_CPU_ISA_AVX512): up to TD_CPU_PAIR_TOKENS tokens at a time in
+ * pairs. td__cpu_pack_pairs lays nt <= TD_CPU_PAIR_TOKENS tokens (x + t * ld, n columns) out for
+ * the tile: P = ceil(nt / 2) pairs, dst[(k * P + p) * 16 + h * 8 + l] = token 2p + h's column
+ * 8k + l (k < n / 8; zeros for a missing last token); dst 64-byte aligned. td__cpu_tile_pairs:
+ * out[r][t] for R <= 4 rows and those nt tokens, xp the packed copy at the first of the n columns
+ * (a multiple of 8 columns in), x the tokens there (for the scalar tail): bitwise what
+ * td__cpu_tile gives. */
+#define TD_CPU_PAIR_TOKENS 12
+void td__cpu_pack_pairs(const float *x, int64_t ld, int nt, int64_t n, float *dst);
+void td__cpu_tile_pairs(bool fused, int R, const float *const *w, const float *xp, const float *x,
+                        int64_t ld, int nt, int64_t n, float out[4][TD_CPU_PAIR_TOKENS]);
+
 /* out[i] (i < r1 - r0) = columns [c0, c0 + n) of row r0 + i of W . x[n], or out[i] plus it with
  * add, td__cpu_decode_rows rows at a time, summed straight from the stored F32 values or F16,
  * Q8_0, Q4_0, Q4_K or Q6_K blocks, bitwise what td__cpu_tile gives over the values
