@@ -549,7 +549,8 @@ KI512 void tile_vnni(int R, int P, const uint8_t *wt, const float *wd, int64_t G
 /* AVX2: R rows against P pairs of tokens (pairs p0 ..), both in the 16-bit E/O layout: per
  * group, each output's block sums take sixteen pmaddwd (no widening: rows and tokens were split
  * when laid out), then one conversion and one multiply-add. Two rows by four tokens keep the
- * block sums in eight registers; the fp32 accumulators wait in memory between groups. */
+ * block sums in eight of AVX2's sixteen registers; the eight fp32 accumulators, touched once per
+ * group, are the compiler's to keep or spill. */
 KI void tile_avx2(int R, int P, const uint8_t *wt, const float *wd, int64_t G,
                   const td_q8_act_t *a, int64_t p0, float *out, int64_t out_ld)
 {
