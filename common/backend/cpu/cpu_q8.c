@@ -104,7 +104,7 @@ static float dot_generic(td_dtype_t t, const uint8_t *row, const int8_t *q, cons
 #define KI __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
 #define K512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 #define KI512                                                                                      \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"),           \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"),          \
                    always_inline)) static inline
 
 /* The same values as quant_row_generic: max of magnitudes is exact, one rounding each for
@@ -204,8 +204,8 @@ KI void transpose8(const __m256i v[8], __m256i out[8])
  * block's first four bytes, their low halves packed and converted. */
 KI __m256 wsteps8(const uint8_t *row, int64_t b0, int bs)
 {
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                           _mm256_set1_epi32(bs));
+    const __m256i idx =
+        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(bs));
     __m256i g = _mm256_i32gather_epi32((const int *)(const void *)(row + b0 * bs), idx, 1);
     g = _mm256_and_si256(g, _mm256_set1_epi32(0xffff));
     g = _mm256_permute4x64_epi64(_mm256_packus_epi32(g, g), 0x08);
@@ -255,8 +255,8 @@ KI __m256 steps8(const float *d, int64_t b0, int64_t ldd)
 {
     if (ldd == 1)
         return _mm256_loadu_ps(d + b0);
-    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                           _mm256_set1_epi32((int)ldd));
+    const __m256i idx =
+        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)ldd));
     return _mm256_i32gather_ps(d + b0 * ldd, idx, 4);
 }
 
@@ -303,8 +303,8 @@ KI512 void tile_v(td_dtype_t T, int R, const uint8_t *const *w, const int8_t *q,
     const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
                   io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31),
                   flip = _mm512_set1_epi8((char)0x80);
-    const __m256i sidx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                            _mm256_set1_epi32((int)ldd));
+    const __m256i sidx =
+        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)ldd));
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -313,19 +313,20 @@ KI512 void tile_v(td_dtype_t T, int R, const uint8_t *const *w, const int8_t *q,
     for (; b0 + 8 <= nb; b0 += 8) {
         prefetch_group(pf, b0, R, bs);
         const __m256 dxv = steps8(d, b0, ldd);
-        const __m256i corr = ldd == 1 ? _mm256_loadu_si256((const __m256i *)(qs + b0))
-                                      : _mm256_i32gather_epi32((const int *)(qs + b0 * ldd), sidx, 4);
+        const __m256i corr = ldd == 1
+                                 ? _mm256_loadu_si256((const __m256i *)(qs + b0))
+                                 : _mm256_i32gather_epi32((const int *)(qs + b0 * ldd), sidx, 4);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m512i v[4];
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
                 const uint8_t *blk = w[r] + (b0 + 2 * i) * bs;
-                __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(wvec(T, blk)),
-                                               wvec(T, blk + bs), 1);
-                v[i] = _mm512_dpbusd_epi32(
-                    _mm512_setzero_si512(), _mm512_xor_si512(u, flip),
-                    _mm512_loadu_si512((const void *)(q + (b0 + 2 * i) * QK)));
+                __m512i u =
+                    _mm512_inserti64x4(_mm512_castsi256_si512(wvec(T, blk)), wvec(T, blk + bs), 1);
+                v[i] =
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(u, flip),
+                                        _mm512_loadu_si512((const void *)(q + (b0 + 2 * i) * QK)));
             }
             __m512i x = _mm512_add_epi32(_mm512_permutex2var_epi32(v[0], ie, v[1]),
                                          _mm512_permutex2var_epi32(v[0], io, v[1]));
@@ -333,8 +334,8 @@ KI512 void tile_v(td_dtype_t T, int R, const uint8_t *const *w, const int8_t *q,
                                          _mm512_permutex2var_epi32(v[2], io, v[3]));
             __m512i z = _mm512_add_epi32(_mm512_permutex2var_epi32(x, ie, y),
                                          _mm512_permutex2var_epi32(x, io, y));
-            __m256i sb = _mm512_castsi512_si256(_mm512_add_epi32(_mm512_permutexvar_epi32(ie, z),
-                                                                 _mm512_permutexvar_epi32(io, z)));
+            __m256i sb = _mm512_castsi512_si256(
+                _mm512_add_epi32(_mm512_permutexvar_epi32(ie, z), _mm512_permutexvar_epi32(io, z)));
             __m256 s = _mm256_cvtepi32_ps(_mm256_add_epi32(sb, corr));
             acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(wsteps8(w[r], b0, bs), dxv), s, acc[r]);
         }
@@ -416,8 +417,8 @@ KI __m256i wblock8(td_dtype_t t, const uint8_t *row, int64_t b, int64_t nb, floa
 
 /* R rows (row i at row + i * rb) laid out by groups into wt (G * 8 steps a row) and their steps
  * into wd (G * 8 floats a row). */
-K static void widen_rows(td_dtype_t t, const uint8_t *row, size_t rb, int R, int64_t nb,
-                         int64_t G, bool vnni, uint8_t *wt, float *wd)
+K static void widen_rows(td_dtype_t t, const uint8_t *row, size_t rb, int R, int64_t nb, int64_t G,
+                         bool vnni, uint8_t *wt, float *wd)
 {
     for (int i = 0; i < R; i++, row += rb, wt += G * 8 * SB(vnni), wd += G * 8)
         for (int64_t g = 0; g < G; g++) {
@@ -464,8 +465,8 @@ K static void block_corr(const int8_t *q, int64_t n, int32_t *qs, int64_t ld)
 {
     for (int64_t b = 0; b < n / QK; b++) {
         __m256i v = _mm256_loadu_si256((const __m256i *)(q + b * QK));
-        __m256i s32 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v),
-                                        _mm256_set1_epi16(1));
+        __m256i s32 =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
         __m128i x = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
         x = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
         x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 1));
@@ -551,8 +552,8 @@ KI512 void tile_vnni(int R, int P, const uint8_t *wt, const float *wd, int64_t G
  * when laid out), then one conversion and one multiply-add. Two rows by four tokens keep the
  * block sums in eight of AVX2's sixteen registers; the eight fp32 accumulators, touched once per
  * group, are the compiler's to keep or spill. */
-KI void tile_avx2(int R, int P, const uint8_t *wt, const float *wd, int64_t G,
-                  const td_q8_act_t *a, int64_t p0, float *out, int64_t out_ld)
+KI void tile_avx2(int R, int P, const uint8_t *wt, const float *wd, int64_t G, const td_q8_act_t *a,
+                  int64_t p0, float *out, int64_t out_ld)
 {
     __m256 acc[2][4];
 #pragma GCC unroll 2
@@ -584,9 +585,9 @@ KI void tile_avx2(int R, int P, const uint8_t *wt, const float *wd, int64_t G,
                 __m256i qo = _mm256_load_si256((const __m256i *)(qs + 32));
 #pragma GCC unroll 2
                 for (int r = 0; r < R; r++)
-                    s[r][i] = _mm256_add_epi32(
-                        _mm256_add_epi32(s[r][i], _mm256_madd_epi16(we[r], qe)),
-                        _mm256_madd_epi16(wo[r], qo));
+                    s[r][i] =
+                        _mm256_add_epi32(_mm256_add_epi32(s[r][i], _mm256_madd_epi16(we[r], qe)),
+                                         _mm256_madd_epi16(wo[r], qo));
             }
         }
 #pragma GCC unroll 2
@@ -595,7 +596,8 @@ KI void tile_avx2(int R, int P, const uint8_t *wt, const float *wd, int64_t G,
 #pragma GCC unroll 4
             for (int i = 0; i < 2 * P; i++)
                 acc[r][i] = _mm256_fmadd_ps(
-                    _mm256_mul_ps(dw, _mm256_load_ps(a->qd + (((p0 + i / 2) * G + g) * 2 + i % 2) * 8)),
+                    _mm256_mul_ps(dw,
+                                  _mm256_load_ps(a->qd + (((p0 + i / 2) * G + g) * 2 + i % 2) * 8)),
                     _mm256_cvtepi32_ps(s[r][i]), acc[r][i]);
         }
     }
@@ -619,12 +621,12 @@ typedef void (*tile_t_fn)(const uint8_t *, const float *, int64_t, const td_q8_a
     {                                                                                              \
         tile_avx2(R, P, wt, wd, G, a, p0, out, out_ld);                                            \
     }
-TILEV(1, 1) TILEV(2, 1) TILEV(3, 1) TILEV(4, 1)
-TILEV(1, 2) TILEV(2, 2) TILEV(3, 2) TILEV(4, 2)
-TILEA(1, 1) TILEA(2, 1) TILEA(1, 2) TILEA(2, 2)
-static const tile_t_fn tiles_v[VP][4] = {{tv_1x1, tv_2x1, tv_3x1, tv_4x1},
-                                         {tv_1x2, tv_2x2, tv_3x2, tv_4x2}},
-                       tiles_a[2][2] = {{ta_1x1, ta_2x1}, {ta_1x2, ta_2x2}};
+TILEV(1, 1)
+TILEV(2, 1) TILEV(3, 1) TILEV(4, 1) TILEV(1, 2) TILEV(2, 2) TILEV(3, 2) TILEV(4, 2) TILEA(1, 1)
+    TILEA(2, 1) TILEA(1, 2)
+        TILEA(2, 2) static const tile_t_fn tiles_v[VP][4] = {{tv_1x1, tv_2x1, tv_3x1, tv_4x1},
+                                                             {tv_1x2, tv_2x2, tv_3x2, tv_4x2}},
+                                           tiles_a[2][2] = {{ta_1x1, ta_2x1}, {ta_1x2, ta_2x2}};
 
 /* Rows [r0, r1) against a's T >= 4 tokens: groups of rows (four for AVX-512, two for AVX2)
  * widened into scratch (or memory of their own where scratch is too small), then every tile of
@@ -714,8 +716,7 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_
         /* four tokens or more: the tiles over blocks laid out across the lanes (measured here,
          * see BENCHMARKS.md); fewer (or no memory for the rows' copies): up to four rows at a
          * time against one token, from the stored blocks */
-        if (T >= 4 && a->qt &&
-            rows_t(W, r0, r1, a, out, out_ld, scratch, scratch_bytes, a->vnni))
+        if (T >= 4 && a->qt && rows_t(W, r0, r1, a, out, out_ld, scratch, scratch_bytes, a->vnni))
             return;
         const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1, v = td__cpu_isa() >= TD_CPU_ISA_AVX512;
         for (int64_t r = r0; r < r1; r += 4) {

@@ -154,11 +154,12 @@ START_TEST(test_q8_numerics)
                             for (int64_t r = 0; r < W.rows; r++) {
                                 size_t i = (size_t)t * out_ld + r;
                                 if (memcmp(&got[i], &want[i], sizeof(float)))
-                                    ck_abort_msg("%s %lldx%lld level %d threads %d T=%d: out[%d][%lld] "
-                                                 "%.9g, the model %.9g",
-                                                 td_dtype_name(W.dtype), (long long)W.rows,
-                                                 (long long)W.cols, level, threads, T, t,
-                                                 (long long)r, got[i], want[i]);
+                                    ck_abort_msg(
+                                        "%s %lldx%lld level %d threads %d T=%d: out[%d][%lld] "
+                                        "%.9g, the model %.9g",
+                                        td_dtype_name(W.dtype), (long long)W.rows,
+                                        (long long)W.cols, level, threads, T, t, (long long)r,
+                                        got[i], want[i]);
                                 compared++;
                             }
                         free(x), free(got), free(want);
@@ -171,8 +172,10 @@ START_TEST(test_q8_numerics)
     td__cpu_isa_cap(TD_CPU_ISA_AVX512);
     ck_assert_int_gt(compared, 0);
     if (top < TD_CPU_ISA_AVX512)
-        fprintf(stderr, "test_q8_numerics: this CPU's level is %d: the AVX-512 kernels were not "
-                        "run\n", top);
+        fprintf(stderr,
+                "test_q8_numerics: this CPU's level is %d: the AVX-512 kernels were not "
+                "run\n",
+                top);
 }
 END_TEST
 
