@@ -295,34 +295,27 @@ static int64_t grain(const cpu_t *c, int64_t rows, int per, int64_t align, int64
     return (g + align - 1) / align * align;
 }
 
-/* Bytes of the prefill tiles' copy of T tokens in G groups (td_q8_act_t's qt, qc, qd). */
-static size_t q8_wide_bytes(int64_t T, int64_t G)
-{
-    return (size_t)((T + 1) / 2) * (size_t)G * (1024 + 64 + 64);
-}
-
 static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld, int T,
                       const td_mat_t *W)
 {
     const int64_t n = W->cols, nb = n / 32, G = (nb + 7) / 8;
-    /* per token: int8 values, steps and block sums; wide, half a pair's copy (one more token's worth and
-     * the alignments kept aside) */
-    const int64_t per_tok = n + 8 * nb + (td__cpu_q8_wide(T) ? (int64_t)q8_wide_bytes(2, G) / 2 : 0);
-    const int64_t group = (XQ_BYTES - 4 * 64 - (int64_t)q8_wide_bytes(2, G)) / per_tok;
+    /* per token: int8 values, steps and block sums; wide, a token's share of the tiles' copy
+     * (the bytes of one pair more kept aside: an odd count's pad and the alignment) */
+    const bool wide = td__cpu_q8_wide(T);
+    const int64_t pair = wide ? (int64_t)td__cpu_q8_wide_bytes(2, n) : 0;
+    const int64_t per_tok = n + 8 * nb + pair / 2;
+    const int64_t group = (XQ_BYTES - pair) / per_tok;
     TD_ASSERT(group >= 4);
     for (int64_t t0 = 0; t0 < T; t0 += group) {
         int64_t Tg = TD_MIN(group, T - t0);
-        const bool w = td__cpu_q8_wide(Tg);
         float *d = c->xq;
         int32_t *qs = (int32_t *)(d + Tg * nb);
         int8_t *q = (int8_t *)(qs + Tg * nb);
         td_q8_act_t a = {Tg, n, q, d, qs, G, td__cpu_isa() >= TD_CPU_ISA_AVX512, NULL, NULL, NULL};
-        if (w) { /* the tiles' copy 64-byte aligned after the int8 values */
-            const size_t pg = (size_t)((Tg + 1) / 2) * (size_t)G;
-            a.qt = (int8_t *)(((uintptr_t)(q + Tg * n) + 63) & ~(uintptr_t)63);
-            a.qc = (int32_t *)(a.qt + pg * 1024);
-            a.qd = (float *)(a.qc + pg * 16);
-            TD_ASSERT((uint8_t *)(a.qd + pg * 16) <= (uint8_t *)c->xq + XQ_BYTES);
+        if (td__cpu_q8_wide(Tg)) { /* the tiles' copy after the int8 values */
+            TD_ASSERT((uint8_t *)(q + Tg * n) + td__cpu_q8_wide_bytes(Tg, n) <=
+                      (uint8_t *)c->xq + XQ_BYTES);
+            td__cpu_q8_wide_place(&a, q + Tg * n);
         }
         mmq_job_t j = {c, W, &a, x + t0 * x_ld, x_ld, out + t0 * out_ld, out_ld};
         td_cpu_pool_run(Tg < 8 ? NULL : c->pool, Tg, 0, mmq_quant, &j);

@@ -119,7 +119,8 @@ bool td__cpu_q8_act(td_dtype_t t);
 /* A group of T tokens quantised for Q8_0 / Q4_0 weights: q[T][n] (n a multiple of 32) and the
  * blocks' steps d[b * T + t] (fp16 values, as floats; block-major, so that one token's kernel
  * reads a group's steps T apart), on x86-64-v3 with qs[b * T + t] = -128 * the block's sum of
- * values (what the AVX-512 kernels' unsigned weights w + 128 add to it); where qt is set (td__cpu_q8_wide), also the prefill tiles'
+ * values (what the AVX-512 kernels' unsigned weights w + 128 add to it; written only where vnni,
+ * the AVX-512 level, whose kernels alone read it); where qt is set (td__cpu_q8_wide), also the prefill tiles'
  * copy (cpu_q8.c): G = ceil(n / 256) groups of eight blocks, tokens in pairs ((T + 1) / 2 of
  * them, an odd count's last completed by zeros): qt[pair][G][8 steps][2 tokens][step] (a step
  * 32 int8 with AVX-512, their 16-bit halves with AVX2),
@@ -138,6 +139,10 @@ typedef struct td_q8_act {
 } td_q8_act_t;
 /* Whether a group of T tokens takes the prefill tiles' copy (x86-64-v3 and T >= 4). */
 bool td__cpu_q8_wide(int64_t T);
+/* Bytes the prefill tiles' copy of T tokens of n values needs, its alignment included; and a's
+ * qt, qc and qd placed in mem (that many bytes; a->T and a->G set). */
+size_t td__cpu_q8_wide_bytes(int64_t T, int64_t n);
+void td__cpu_q8_wide_place(td_q8_act_t *a, void *mem);
 /* Tokens [t0, t1) of a (rows x + t * x_ld) quantised into a, each on its own. */
 void td__cpu_quant_act(const float *x, int64_t x_ld, const td_q8_act_t *a, int64_t t0, int64_t t1);
 /* out[t * out_ld + r] for rows [r0, r1) of W (Q8_0 or Q4_0) and a's tokens; scratch (32-byte

@@ -444,7 +444,7 @@ K static void widen_act(const td_q8_act_t *a, int64_t t)
             const int64_t b = 8 * g + j;
             if (b < nb) {
                 v[j] = _mm256_loadu_si256((const __m256i *)(a->q + t * n + b * QK));
-                qc[j] = a->qs[b * a->T + t];
+                qc[j] = a->vnni ? a->qs[b * a->T + t] : 0;
                 qd[j] = a->d[b * a->T + t];
             } else {
                 v[j] = _mm256_setzero_si256();
@@ -517,10 +517,10 @@ KI512 void tile_vnni(int R, int P, const uint8_t *wt, const float *wd, int64_t G
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
                 wv[r] = _mm512_broadcast_i64x4(
-                    _mm256_load_si256((const __m256i *)(wt + r * G * 256 + (g * 8 + k) * 32)));
+                    _mm256_load_si256((const __m256i *)(wt + (r * G * 8 + g * 8 + k) * SB(true))));
 #pragma GCC unroll 3
             for (int p = 0; p < P; p++) {
-                __m512i qv = _mm512_load_si512(a->qt + (((p0 + p) * G + g) * 8 + k) * 64);
+                __m512i qv = _mm512_load_si512(a->qt + (((p0 + p) * G + g) * 8 + k) * 2 * SB(true));
 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++)
                     s[r][p] = _mm512_dpbusd_epi32(s[r][p], wv[r], qv);
@@ -574,13 +574,13 @@ KI void tile_avx2(int R, int P, const uint8_t *wt, const float *wd, int64_t G, c
             __m256i we[2], wo[2];
 #pragma GCC unroll 2
             for (int r = 0; r < R; r++) {
-                const uint8_t *ws = wt + r * G * 512 + (g * 8 + k) * 64;
+                const uint8_t *ws = wt + (r * G * 8 + g * 8 + k) * SB(false);
                 we[r] = _mm256_load_si256((const __m256i *)ws);
                 wo[r] = _mm256_load_si256((const __m256i *)(ws + 32));
             }
 #pragma GCC unroll 4
             for (int i = 0; i < 2 * P; i++) {
-                const uint8_t *qs = qt + (((p0 + i / 2) * G + g) * 8 + k) * 128 + (i % 2) * 64;
+                const uint8_t *qs = qt + ((((p0 + i / 2) * G + g) * 8 + k) * 2 + i % 2) * SB(false);
                 __m256i qe = _mm256_load_si256((const __m256i *)qs);
                 __m256i qo = _mm256_load_si256((const __m256i *)(qs + 32));
 #pragma GCC unroll 2
@@ -621,12 +621,15 @@ typedef void (*tile_t_fn)(const uint8_t *, const float *, int64_t, const td_q8_a
     {                                                                                              \
         tile_avx2(R, P, wt, wd, G, a, p0, out, out_ld);                                            \
     }
-TILEV(1, 1)
-TILEV(2, 1) TILEV(3, 1) TILEV(4, 1) TILEV(1, 2) TILEV(2, 2) TILEV(3, 2) TILEV(4, 2) TILEA(1, 1)
-    TILEA(2, 1) TILEA(1, 2)
-        TILEA(2, 2) static const tile_t_fn tiles_v[VP][4] = {{tv_1x1, tv_2x1, tv_3x1, tv_4x1},
-                                                             {tv_1x2, tv_2x2, tv_3x2, tv_4x2}},
-                                           tiles_a[2][2] = {{ta_1x1, ta_2x1}, {ta_1x2, ta_2x2}};
+/* The instances (no semicolons: clang-format would take them for one statement) and tables. */
+/* clang-format off */
+TILEV(1, 1) TILEV(2, 1) TILEV(3, 1) TILEV(4, 1)
+TILEV(1, 2) TILEV(2, 2) TILEV(3, 2) TILEV(4, 2)
+TILEA(1, 1) TILEA(2, 1) TILEA(1, 2) TILEA(2, 2)
+static const tile_t_fn tiles_v[VP][4] = {{tv_1x1, tv_2x1, tv_3x1, tv_4x1},
+                                         {tv_1x2, tv_2x2, tv_3x2, tv_4x2}},
+                       tiles_a[2][2] = {{ta_1x1, ta_2x1}, {ta_1x2, ta_2x2}};
+/* clang-format on */
 
 /* Rows [r0, r1) against a's T >= 4 tokens: groups of rows (four for AVX-512, two for AVX2)
  * widened into scratch (or memory of their own where scratch is too small), then every tile of
@@ -671,6 +674,23 @@ static const tile_fn tiles1[2][2][4] = {
     {{q8v_1, q8v_2, q8v_3, q8v_4}, {q4v_1, q4v_2, q4v_3, q4v_4}}};
 #endif
 
+/* The prefill tiles' copy, per pair of tokens and group of eight blocks: eight steps of two
+ * tokens (at most AVX2's 64 bytes a step), then the two tokens' eight block sums and steps. */
+#define PAIR_GROUP_BYTES (8 * 2 * 64 + 2 * 8 * 4 + 2 * 8 * 4)
+
+size_t td__cpu_q8_wide_bytes(int64_t T, int64_t n)
+{
+    return (size_t)((T + 1) / 2) * (size_t)((n / QK + 7) / 8) * PAIR_GROUP_BYTES + 63;
+}
+
+void td__cpu_q8_wide_place(td_q8_act_t *a, void *mem)
+{
+    const size_t pg = (size_t)((a->T + 1) / 2) * (size_t)a->G;
+    a->qt = (int8_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    a->qc = (int32_t *)(a->qt + pg * 8 * 2 * 64);
+    a->qd = (float *)(a->qc + pg * 16);
+}
+
 bool td__cpu_q8_wide(int64_t T)
 {
 #ifdef TD_CPU_FMA_KERNELS
@@ -690,7 +710,8 @@ void td__cpu_quant_act(const float *x, int64_t x_ld, const td_q8_act_t *a, int64
 #ifdef TD_CPU_FMA_KERNELS
         if (td__cpu_fma()) {
             quant_row_avx2(xr, a->n, qr, dr, a->T);
-            block_corr(qr, a->n, a->qs + t, a->T);
+            if (a->vnni)
+                block_corr(qr, a->n, a->qs + t, a->T);
             if (a->qt) {
                 widen_act(a, t);
                 if (t == a->T - 1 && a->T % 2)
@@ -718,7 +739,7 @@ void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_
          * time against one token, from the stored blocks */
         if (T >= 4 && a->qt && rows_t(W, r0, r1, a, out, out_ld, scratch, scratch_bytes, a->vnni))
             return;
-        const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1, v = td__cpu_isa() >= TD_CPU_ISA_AVX512;
+        const int k = W->dtype == TD_DTYPE_Q8_0 ? 0 : 1, v = a->vnni;
         for (int64_t r = r0; r < r1; r += 4) {
             int R = (int)TD_MIN(4, r1 - r);
             const uint8_t *w[4];

@@ -11,6 +11,7 @@
 #include "../../../common/backend/cpu/cpu_impl.h"
 #include "td_backend.h"
 #include "td_check.h"
+#include "td_rng.h"
 
 #include <check.h>
 #include <math.h>
@@ -18,19 +19,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static td_rng_t rng;
 
 static uint32_t next_u32(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
+    return (uint32_t)(td_rng_next(&rng) >> 32);
 }
 
 static float frand(void) /* [-1, 1) */
 {
-    return (float)(next_u32() & 0xffffff) / 8388608.0f - 1.0f;
+    return (float)(2.0 * td_rng_uniform(&rng) - 1.0);
 }
 
 static float f16_to_f32(uint16_t h)
@@ -127,6 +125,7 @@ static void model(const td_mat_t *W, const float *x, int x_ld, int T, float *out
 START_TEST(test_q8_numerics)
 {
     const int top = td__cpu_isa();
+    td_rng_seed(&rng, 17);
     const td_dtype_t dts[] = {TD_DTYPE_Q8_0, TD_DTYPE_Q4_0};
     const int64_t shapes[][2] = {{13, 32}, {9, 96}, {7, 256}, {11, 288}, {6, 800}, {17, 2304}};
     const int Ts[] = {1, 2, 3, 4, 5, 7, 8, 16, 33};
