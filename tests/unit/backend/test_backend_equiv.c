@@ -13,7 +13,6 @@
  *
  * A greedy id may differ only where the CPU's best two logits are closer than twice the mode's
  * logit tolerance (a near tie the rounding can flip); any other difference fails. */
-#include "../../../common/backend/cpu/cpu_impl.h"
 #include "equiv_fixture.h"
 #include "td_backend.h"
 #include "golden_fixture.h"
@@ -513,76 +512,6 @@ START_TEST(test_cpu_token_invariant)
 }
 END_TEST
 
-/* The CPU backend's F32, BF16 and F16 matmuls at every instruction-set level this CPU has above
- * the portable one (AVX2 and AVX-512: the AVX-512 tiles hold two outputs per register and take
- * tokens in packed pairs) bitwise equal: token counts that take the one-token kernels (1-3), one
- * or several AVX-512 groups of 12 tokens, odd and even (a pair completed by zeros), and one past
- * a packed block (300 tokens of 1000 columns; 20000 columns pack 12 tokens a block); rows that
- * leave every remainder of the tiles' groups of four (and three); columns with a scalar tail and
- * past one 16384-column chunk. 1 and 2 threads. Each token alone must match the batch too. */
-START_TEST(test_cpu_isa_equiv)
-{
-    if (td__cpu_isa() < TD_CPU_ISA_AVX512) {
-        printf("test_cpu_isa_equiv: skipped, this CPU (or build) has no AVX-512 kernels (level "
-               "%d)\n",
-               td__cpu_isa());
-        return;
-    }
-    const td_dtype_t dts[] = {TD_DTYPE_F32, TD_DTYPE_BF16, TD_DTYPE_F16};
-    const struct {
-        int64_t rows, cols;
-        int T[8];
-    } cases[] = {
-        {7, 1000, {1, 2, 4, 5, 8, 13, 64, 300}}, {13, 20000, {1, 2, 3, 4, 5, 13, 25, 64}},
-        {5, 16390, {1, 4, 5, 12, 13, 24, 0, 0}}, {1, 64, {1, 2, 4, 7, 64, 0, 0, 0}},
-        {6, 8, {4, 5, 0, 0, 0, 0, 0, 0}},        {66, 773, {4, 13, 64, 0, 0, 0, 0, 0}},
-    };
-    int compared = 0;
-    for (int threads = 1; threads <= 2; threads++) {
-        td_cpu_opts_t o = {.n_threads = threads};
-        td_backend_t *b = td_cpu_backend_create_opts(&o);
-        ck_assert_ptr_nonnull(b);
-        for (size_t ci = 0; ci < TD_ARRAY_LEN(cases); ci++) {
-            const int64_t rows = cases[ci].rows, cols = cases[ci].cols;
-            const int x_ld = (int)cols + 5, out_ld = (int)rows + 3;
-            for (size_t k = 0; k < TD_ARRAY_LEN(dts); k++) {
-                td_mat_t W = rand_mat(dts[k], rows, cols);
-                for (int ti = 0; ti < 8 && cases[ci].T[ti]; ti++) {
-                    const int T = cases[ci].T[ti];
-                    float *x = rand_vec((size_t)T * x_ld, 1);
-                    float *o2 = calloc((size_t)T * out_ld, sizeof(float)),
-                          *o5 = calloc((size_t)T * out_ld, sizeof(float)),
-                          *one = calloc((size_t)out_ld, sizeof(float));
-                    ck_assert(o2 && o5 && one);
-                    td__cpu_isa_cap(TD_CPU_ISA_AVX2);
-                    b->matmul(b, o2, out_ld, x, x_ld, T, &W);
-                    td__cpu_isa_cap(TD_CPU_ISA_AVX512);
-                    b->matmul(b, o5, out_ld, x, x_ld, T, &W);
-                    for (int t = 0; t < T; t++) {
-                        b->matmul(b, one, out_ld, x + (size_t)t * x_ld, x_ld, 1, &W);
-                        for (int64_t r = 0; r < rows; r++) {
-                            const float a = o2[(size_t)t * out_ld + r],
-                                        v = o5[(size_t)t * out_ld + r];
-                            ck_assert_msg(memcmp(&a, &v, 4) == 0 && memcmp(&one[r], &v, 4) == 0,
-                                          "%s %lldx%lld T %d threads %d token %d row %lld: AVX2 "
-                                          "%a, AVX-512 %a, alone %a",
-                                          td_dtype_name(W.dtype), (long long)rows, (long long)cols,
-                                          T, threads, t, (long long)r, a, v, one[r]);
-                            compared++;
-                        }
-                    }
-                    free(x), free(o2), free(o5), free(one);
-                }
-                free((void *)W.data);
-            }
-        }
-        b->destroy(b);
-    }
-    td__cpu_isa_cap(TD_CPU_ISA_AVX512);
-    ck_assert_int_gt(compared, 0);
-}
-END_TEST
-
 /* The nearest BF16 by search over the two candidates, ties to even: independent of the shifts
  * td_bf16_round uses. */
 static uint16_t bf16_nearest(float f)
@@ -920,7 +849,6 @@ int main(void)
     tcase_add_test(ops, test_tok_tables);
     tcase_add_test(ops, test_bf16_round);
     tcase_add_test(ops, test_cpu_token_invariant);
-    tcase_add_test(ops, test_cpu_isa_equiv);
     tcase_add_loop_test(eng, test_engine_tiny_models, 0, N_MODES);
     tcase_add_loop_test(eng, test_golden, 0, N_MODES);
     tcase_set_timeout(eng, 600);

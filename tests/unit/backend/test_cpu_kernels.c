@@ -1,4 +1,10 @@
-/* test_cpu_q8.c: the CPU backend's Q8_0 and Q4_0 matmuls against 8-bit activations
+/* test_cpu_kernels.c: the CPU backend's matmul kernels at every instruction-set level this CPU
+ * has (td__cpu_isa: portable, AVX2, AVX-512).
+ *
+ * test_isa_equiv: F32, BF16 and F16 (common/backend/cpu/cpu_fma.c), the AVX2 and AVX-512 tiles
+ * bitwise equal.
+ *
+ * test_q8_numerics: Q8_0 and Q4_0 matmuls against 8-bit activations
  * (common/backend/cpu/cpu_q8.c), bitwise against a scalar model of their numerics written here
  * from the description in cpu_q8.c: each token quantised per block of 32 (step amax / 127 rounded
  * to fp16, values rint(x * 127 / amax)), each block's exact integer sum S_b, lane b mod 8 taking
@@ -12,6 +18,7 @@
 #include "td_backend.h"
 #include "td_check.h"
 #include "td_rng.h"
+#include "td_util.h"
 
 #include <check.h>
 #include <math.h>
@@ -66,6 +73,42 @@ static td_mat_t rand_mat(td_dtype_t dt, int64_t rows, int64_t cols)
         }
     m.data = d;
     return m;
+}
+
+/* A rows x cols F32, BF16 or F16 matrix of random values in [-0.25, 0.25). */
+static td_mat_t rand_fmat(td_dtype_t dt, int64_t rows, int64_t cols)
+{
+    td_mat_t m = {.dtype = dt, .rows = rows, .cols = cols};
+    const size_t rb = td_dtype_row_bytes(dt, cols);
+    uint8_t *d = malloc(rb * (size_t)rows);
+    ck_assert_ptr_nonnull(d);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float v = frand() * 0.25f;
+            uint8_t *at = d + (size_t)r * rb;
+            if (dt == TD_DTYPE_F32) {
+                memcpy(at + 4 * c, &v, 4);
+            } else if (dt == TD_DTYPE_F16) {
+                uint16_t h = f32_to_f16(v);
+                memcpy(at + 2 * c, &h, 2);
+            } else { /* BF16, rounded to nearest even */
+                uint32_t u;
+                memcpy(&u, &v, 4);
+                uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+                memcpy(at + 2 * c, &h, 2);
+            }
+        }
+    m.data = d;
+    return m;
+}
+
+static float *rand_vec(size_t n, float scale)
+{
+    float *v = malloc(n * sizeof(float));
+    ck_assert_ptr_nonnull(v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand() * scale;
+    return v;
 }
 
 /* Weight j of block b of row r, and the block's step. */
@@ -178,11 +221,82 @@ START_TEST(test_q8_numerics)
 }
 END_TEST
 
+/* The CPU backend's F32, BF16 and F16 matmuls at every instruction-set level this CPU has above
+ * the portable one (AVX2 and AVX-512: the AVX-512 tiles hold two outputs per register and take
+ * tokens in packed pairs) bitwise equal: token counts that take the one-token kernels (1-3), one
+ * or several AVX-512 groups of 12 tokens, odd and even (a pair completed by zeros), and one past
+ * a packed block (300 tokens of 1000 columns; 20000 columns pack 12 tokens a block); rows that
+ * leave every remainder of the tiles' groups of four (and three); columns with a scalar tail and
+ * past one 16384-column chunk. 1 and 2 threads. Each token alone must match the batch too. */
+START_TEST(test_isa_equiv)
+{
+    td_rng_seed(&rng, 29);
+    if (td__cpu_isa() < TD_CPU_ISA_AVX512) {
+        printf("test_isa_equiv: skipped, this CPU (or build) has no AVX-512 kernels (level "
+               "%d)\n",
+               td__cpu_isa());
+        return;
+    }
+    const td_dtype_t dts[] = {TD_DTYPE_F32, TD_DTYPE_BF16, TD_DTYPE_F16};
+    const struct {
+        int64_t rows, cols;
+        int T[8];
+    } cases[] = {
+        {7, 1000, {1, 2, 4, 5, 8, 13, 64, 300}}, {13, 20000, {1, 2, 3, 4, 5, 13, 25, 64}},
+        {5, 16390, {1, 4, 5, 12, 13, 24, 0, 0}}, {1, 64, {1, 2, 4, 7, 64, 0, 0, 0}},
+        {6, 8, {4, 5, 0, 0, 0, 0, 0, 0}},        {66, 773, {4, 13, 64, 0, 0, 0, 0, 0}},
+    };
+    int compared = 0;
+    for (int threads = 1; threads <= 2; threads++) {
+        td_backend_t *b = td_cpu_backend_create(threads);
+        ck_assert_ptr_nonnull(b);
+        for (size_t ci = 0; ci < TD_ARRAY_LEN(cases); ci++) {
+            const int64_t rows = cases[ci].rows, cols = cases[ci].cols;
+            const int x_ld = (int)cols + 5, out_ld = (int)rows + 3;
+            for (size_t k = 0; k < TD_ARRAY_LEN(dts); k++) {
+                td_mat_t W = rand_fmat(dts[k], rows, cols);
+                for (int ti = 0; ti < 8 && cases[ci].T[ti]; ti++) {
+                    const int T = cases[ci].T[ti];
+                    float *x = rand_vec((size_t)T * x_ld, 1);
+                    float *o2 = calloc((size_t)T * out_ld, sizeof(float)),
+                          *o5 = calloc((size_t)T * out_ld, sizeof(float)),
+                          *one = calloc((size_t)out_ld, sizeof(float));
+                    ck_assert(o2 && o5 && one);
+                    td__cpu_isa_cap(TD_CPU_ISA_AVX2);
+                    b->matmul(b, o2, out_ld, x, x_ld, T, &W);
+                    td__cpu_isa_cap(TD_CPU_ISA_AVX512);
+                    b->matmul(b, o5, out_ld, x, x_ld, T, &W);
+                    for (int t = 0; t < T; t++) {
+                        b->matmul(b, one, out_ld, x + (size_t)t * x_ld, x_ld, 1, &W);
+                        for (int64_t r = 0; r < rows; r++) {
+                            const float a = o2[(size_t)t * out_ld + r],
+                                        v = o5[(size_t)t * out_ld + r];
+                            ck_assert_msg(memcmp(&a, &v, 4) == 0 && memcmp(&one[r], &v, 4) == 0,
+                                          "%s %lldx%lld T %d threads %d token %d row %lld: AVX2 "
+                                          "%a, AVX-512 %a, alone %a",
+                                          td_dtype_name(W.dtype), (long long)rows, (long long)cols,
+                                          T, threads, t, (long long)r, a, v, one[r]);
+                            compared++;
+                        }
+                    }
+                    free(x), free(o2), free(o5), free(one);
+                }
+                free((void *)W.data);
+            }
+        }
+        b->destroy(b);
+    }
+    td__cpu_isa_cap(TD_CPU_ISA_AVX512);
+    ck_assert_int_gt(compared, 0);
+}
+END_TEST
+
 int main(void)
 {
-    Suite *s = suite_create("cpu_q8");
-    TCase *tc = tcase_create("numerics");
+    Suite *s = suite_create("cpu_kernels");
+    TCase *tc = tcase_create("levels");
     tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_isa_equiv);
     tcase_add_test(tc, test_q8_numerics);
     suite_add_tcase(s, tc);
     return td_check_run(s);
