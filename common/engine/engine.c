@@ -119,6 +119,7 @@ void td_engine_free(td_engine_t *e)
     }
     free(e->inv_freq);
     free(e->emb);
+    td_sampler_scratch_free(&e->smp_scratch);
     free(e);
 }
 
@@ -218,6 +219,8 @@ int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int
     }
     if ((rc = arena_reserve(e, need)))
         goto out;
+    if (n_out && (rc = td_sampler_scratch_reserve(&e->smp_scratch, c->vocab_size)))
+        goto out;
     e->arena_used = 0;
     for (int i = 0, t = 0; i < n; i++)
         for (int k = 0; k < seqs[i].n_tokens; k++, t++) {
@@ -256,7 +259,7 @@ int td_engine_step(td_engine_t *e, td_kv_pool_t *pool, td_batch_seq_t *seqs, int
     td__sync(e); /* the step's operations, KV stores and logits copies are done */
     for (int i = 0; i < n; i++)
         if (seqs[i].smp)
-            td_sampler_sample(seqs[i].smp, seqs[i].logits, seqs[i].out);
+            td_sampler_sample_in(seqs[i].smp, seqs[i].logits, seqs[i].out, &e->smp_scratch);
     for (int i = 0; i < n; i++)
         seqs[i].kv->n_tokens += seqs[i].n_tokens;
 out:

@@ -33,6 +33,7 @@ struct td_engine {
     size_t arena_used;
     float *emb; /* host staging of a step's embeddings for a device backend, grown as needed */
     size_t emb_cap;
+    td_sampler_scratch_t smp_scratch; /* lent to every sampler of a step (one at a time) */
 };
 
 /* The simulated engine's step (sim.c), after td_engine_step's checks. */

@@ -2,6 +2,7 @@
  * stream, logit adjustments (penalties, logit_bias, min_tokens, bad_words), stop conditions and
  * top-n logprobs. */
 #include "td_error.h"
+#include "td_log.h"
 #include "td_rng.h"
 #include "td_sampler.h"
 #include "td_util.h"
@@ -238,19 +239,35 @@ int td_sampler_init(td_sampler_t *s, const td_sampling_t *p, int vocab)
         td_sampler_free(s);
         return rc;
     }
-    s->prob = td_calloc((size_t)vocab, sizeof(float));
-    s->idx = td_calloc((size_t)vocab, sizeof(int32_t));
-    if (!s->prob || !s->idx) {
-        td_sampler_free(s);
-        return td_err_set(TD_ENOMEM, "sampler: out of memory");
-    }
     return 0;
+}
+
+int td_sampler_scratch_reserve(td_sampler_scratch_t *sc, int vocab)
+{
+    if (vocab <= sc->cap)
+        return 0;
+    /* not zeroed: a draw writes every entry it reads */
+    float *p = td_reallocarray(sc->prob, (size_t)vocab, sizeof(float));
+    if (p)
+        sc->prob = p;
+    int32_t *ix = p ? td_reallocarray(sc->idx, (size_t)vocab, sizeof(int32_t)) : NULL;
+    if (!ix)
+        return td_err_set(TD_ENOMEM, "sampler: out of memory for %d-token scratch", vocab);
+    sc->idx = ix;
+    sc->cap = vocab;
+    return 0;
+}
+
+void td_sampler_scratch_free(td_sampler_scratch_t *sc)
+{
+    free(sc->prob);
+    free(sc->idx);
+    *sc = (td_sampler_scratch_t){0};
 }
 
 void td_sampler_free(td_sampler_t *s)
 {
-    free(s->prob);
-    free(s->idx);
+    td_sampler_scratch_free(&s->own);
     free(s->adj);
     free(s->bias_ids);
     free(s->bias_values);
@@ -261,8 +278,6 @@ void td_sampler_free(td_sampler_t *s)
     free(s->hist);
     td_jsonmask_free(s->mask);
     s->mask = NULL;
-    s->prob = NULL;
-    s->idx = NULL;
     s->adj = NULL;
     s->bias_ids = NULL;
     s->bias_values = NULL;
@@ -327,11 +342,11 @@ static void first_sorted(const float *p, int32_t *ix, int n, int m)
 }
 
 /* Draw from the tempered, filtered distribution. */
-static int32_t draw(td_sampler_t *s, const float *logits)
+static int32_t draw(td_sampler_t *s, const float *logits, td_sampler_scratch_t *sc)
 {
     int V = s->vocab;
-    float *p = s->prob;
-    int32_t *ix = s->idx;
+    float *p = sc->prob;
+    int32_t *ix = sc->idx;
     double inv_t = 1.0 / s->p.temperature, mx = -INFINITY, sum = 0;
     for (int i = 0; i < V; i++)
         mx = fmax(mx, logits[i] * inv_t);
@@ -407,6 +422,12 @@ static td_finish_t finish_after(td_sampler_t *s, int32_t token)
 
 void td_sampler_sample(td_sampler_t *s, const float *logits, td_sample_t *out)
 {
+    td_sampler_sample_in(s, logits, out, &s->own);
+}
+
+void td_sampler_sample_in(td_sampler_t *s, const float *logits, td_sample_t *out,
+                          td_sampler_scratch_t *sc)
+{
     int V = s->vocab;
     memset(out, 0, sizeof(*out));
     /* raw log-softmax for the reported logprobs */
@@ -428,7 +449,13 @@ void td_sampler_sample(td_sampler_t *s, const float *logits, td_sample_t *out)
             if (a[i] > a[best])
                 best = i;
     }
-    out->token = s->p.temperature == 0 ? best : draw(s, a);
+    bool greedy = s->p.temperature == 0;
+    if (!greedy && td_sampler_scratch_reserve(sc, V)) {
+        TD_LOG_E("%s: taking the greedy token", td_err_msg());
+        (void)td_rng_next(&s->rng); /* the value draw() would have taken */
+        greedy = true;
+    }
+    out->token = greedy ? best : draw(s, a, sc);
     out->logprob = (float)(logits[out->token] - lse);
     /* top-n: insertion into a short sorted list (ties: lower id first) */
     int n = 0;

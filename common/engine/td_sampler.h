@@ -82,13 +82,26 @@ typedef struct td_sample {
     td_finish_t finish; /* state after this token */
 } td_sample_t;
 
+/* What a draw (temperature > 0) works in: vocabulary-sized arrays, written in full before they
+ * are read. Samplers used one at a time on a thread can share one (td_sampler_sample_in); each
+ * sampler otherwise allocates its own at its first draw, so a request never pays for them at
+ * set-up nor when it is greedy. */
+typedef struct td_sampler_scratch {
+    float *prob;  /* [cap] tempered probabilities */
+    int32_t *idx; /* [cap] candidate ids */
+    int cap;
+} td_sampler_scratch_t;
+
+/* Room for vocab entries in *sc. 0 or TD_ENOMEM. */
+int td_sampler_scratch_reserve(td_sampler_scratch_t *sc, int vocab);
+void td_sampler_scratch_free(td_sampler_scratch_t *sc);
+
 typedef struct td_sampler {
     td_sampling_t p;
     int vocab;
     td_rng_t rng; /* xoshiro256** state */
     int n_generated;
-    float *prob;  /* [vocab] scratch: tempered probabilities */
-    int32_t *idx; /* [vocab] scratch: candidate ids */
+    td_sampler_scratch_t own; /* draws' scratch when the caller lends none (td_sampler_sample) */
     /* adjustments (NULL when the parameters need none) */
     float *adj;           /* [vocab] scratch: the adjusted logits */
     int32_t *bias_ids;     /* own copies of p.logit_bias_* */
@@ -107,8 +120,15 @@ typedef struct td_sampler {
 int td_sampler_init(td_sampler_t *s, const td_sampling_t *p, int vocab);
 void td_sampler_free(td_sampler_t *s);
 
-/* Choose the next token from logits[vocab] and say whether the request is finished. */
+/* Choose the next token from logits[vocab] and say whether the request is finished. A draw
+ * works in the sampler's own scratch, allocated at its first draw. */
 void td_sampler_sample(td_sampler_t *s, const float *logits, td_sample_t *out);
+/* The same, working in sc (td_sampler_scratch_reserve'd for the vocabulary beforehand, or grown
+ * here): the engine lends one to all the samplers of its steps. Where sc cannot be grown (out of
+ * memory), the token is the greedy one (the random stream still advances) and the error is
+ * logged. */
+void td_sampler_sample_in(td_sampler_t *s, const float *logits, td_sample_t *out,
+                          td_sampler_scratch_t *sc);
 /* Take `token` as the next token sampled elsewhere with the same parameters (a prefill worker
  * sampled the first token): advance the random stream exactly as td_sampler_sample would have and
  * return the finish state after it. Continuing with td_sampler_sample then gives the same tokens

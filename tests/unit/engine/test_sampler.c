@@ -143,6 +143,61 @@ START_TEST(test_seed_reproducible)
 }
 END_TEST
 
+/* A scratch lent to several samplers in turn (td_sampler_sample_in, as the engine lends its own
+ * to every sampler of a step) gives each the tokens its own scratch gives, with filters that
+ * read the candidate list in order: draws write every entry they read, so neither garbage left
+ * by a larger vocabulary's draw nor the scratch's first contents reach a token. A sampler
+ * allocates no scratch until it draws. */
+START_TEST(test_lent_scratch)
+{
+    enum { V = 3000, N = 300 };
+    static float big[V];
+    for (int i = 0; i < V; i++)
+        big[i] = 0.003f * (float)((i * 7919) % 1000);
+    td_sampling_t p;
+    td_sampling_defaults(&p);
+    p.temperature = 0.8f;
+    p.top_k = 50;
+    p.top_p = 0.9f;
+    p.seed = 7;
+    td_sampler_t own_big, lent_big, own_small, lent_small;
+    ck_assert_int_eq(td_sampler_init(&own_big, &p, V), 0);
+    ck_assert_int_eq(td_sampler_init(&lent_big, &p, V), 0);
+    ck_assert_ptr_null(own_big.own.prob); /* nothing until the first draw */
+    p.top_k = 0;
+    p.min_p = 0.2f;
+    ck_assert_int_eq(td_sampler_init(&own_small, &p, 4), 0);
+    ck_assert_int_eq(td_sampler_init(&lent_small, &p, 4), 0);
+    td_sampler_scratch_t sc = {0};
+    ck_assert_int_eq(td_sampler_scratch_reserve(&sc, V), 0);
+    for (int i = 0; i < V; i++) {
+        sc.prob[i] = NAN;
+        sc.idx[i] = -1;
+    }
+    int differ = 0, prev = -1;
+    for (int n = 0; n < N; n++) {
+        td_sample_t a, b, c, d;
+        td_sampler_sample(&own_big, big, &a);
+        td_sampler_sample_in(&lent_big, big, &b, &sc);
+        td_sampler_sample(&own_small, L, &c);
+        td_sampler_sample_in(&lent_small, L, &d, &sc);
+        ck_assert_int_eq(a.token, b.token);
+        ck_assert_int_eq(c.token, d.token);
+        ck_assert_int_eq(a.finish, b.finish);
+        differ += a.token != prev;
+        prev = a.token;
+    }
+    ck_assert_int_gt(differ, N / 2); /* the draws are not all one token */
+    ck_assert_ptr_nonnull(own_big.own.prob);
+    ck_assert_ptr_null(lent_big.own.prob);
+    td_sampler_scratch_free(&sc);
+    td_sampler_free(&own_big);
+    td_sampler_free(&lent_big);
+    td_sampler_free(&own_small);
+    td_sampler_free(&lent_small);
+}
+END_TEST
+
 START_TEST(test_stop_conditions)
 {
     td_sampling_t p;
@@ -613,6 +668,7 @@ int main(void)
     tcase_add_test(tc, test_temperature);
     tcase_add_test(tc, test_filters);
     tcase_add_test(tc, test_seed_reproducible);
+    tcase_add_test(tc, test_lent_scratch);
     tcase_add_test(tc, test_stop_conditions);
     tcase_add_test(tc, test_bad_params);
     tcase_add_test(tc, test_top_p_wide_nucleus);
