@@ -19,7 +19,10 @@ rate one router core could sustain at that cost (1e6 / us-per-request) and its r
 load generator and the workers sharing the cores with the router), the cost split into user and
 system (kernel) microseconds, and the router's read-like and write-like system calls per request
 (/proc/PID/io: an SSE stream costs a write per loop iteration in which it had tokens, on its own
-connection; RPC streams share one connection and one write per iteration).
+connection; RPC streams share one connection and one write per iteration); then the SIMULATED
+workers' CPU microseconds per request, prefill and decode workers each summed (their own code:
+admission, KV reservation and transfer, the sampler, frames; no model math), which bound the rate
+the closed loop reaches.
 """
 import argparse
 import json
@@ -94,6 +97,8 @@ def main():
     rows = []
     try:
         pid = cl.router.proc.pid
+        wpids = {role: [d.proc.pid for wid, d in cl.workers.items() if wid.startswith(role[0])]
+                 for role in ("prefill", "decode")}
         for backend in a.backend.split(","):
             base = cl.http if backend.startswith("openai") else "tcp://" + cl.rpc
             res = tempfile.mktemp(suffix=".json")
@@ -105,9 +110,11 @@ def main():
                     "--request-rate", a.rate, "--max-concurrency", str(a.concurrency),
                     "--num-prompts", str(a.num_prompts), "--num-warmups", "64", "--seed", "1",
                     "--result-file", res, "--no-progress"]
+            w0 = {k: sum(sum(cpu_s(p)) for p in v) for k, v in wpids.items()}
             c0, io0, t0 = cpu_s(pid), io_calls(pid), time.monotonic()
             r = subprocess.run(argv, text=True, capture_output=True)
             c1, io1, t1 = cpu_s(pid), io_calls(pid), time.monotonic()
+            w1 = {k: sum(sum(cpu_s(p)) for p in v) for k, v in wpids.items()}
             if r.returncode != 0:
                 print(r.stdout + r.stderr)
                 sys.exit("tandem bench failed")
@@ -120,14 +127,17 @@ def main():
             sys_ = (c1[1] - c0[1]) / n * 1e6
             rd = (io1[0] - io0[0]) / n
             wr = (io1[1] - io0[1]) / n
+            wk = [(w1[k] - w0[k]) / n * 1e6 for k in ("prefill", "decode")]
             rows.append((backend, n, failed, user + sys_, out["request_throughput"], load(),
-                         user, sys_, rd, wr))
+                         user, sys_, rd, wr, wk))
         print("backend  requests failed  router_us/req  ratio_to_50us  one_core_rps  "
-              "ratio_to_5000  achieved_rps  user_us  sys_us  reads/req  writes/req  load")
-        for backend, n, failed, us, rps, ld, user, sys_, rd, wr in rows:
-            print("%-8s %8d %6d %14.1f %14.2f %13.0f %14.2f %13.0f %8.1f %7.1f %10.2f %11.2f  %s" %
+              "ratio_to_5000  achieved_rps  user_us  sys_us  reads/req  writes/req  "
+              "prefill_us/req  decode_us/req  load")
+        for backend, n, failed, us, rps, ld, user, sys_, rd, wr, wk in rows:
+            print("%-8s %8d %6d %14.1f %14.2f %13.0f %14.2f %13.0f %8.1f %7.1f %10.2f %11.2f "
+                  "%15.1f %14.1f  %s" %
                   (backend, n, failed, us, us / LIMIT_US, 1e6 / us, 1e6 / us / TARGET_RPS, rps,
-                   user, sys_, rd, wr, ld))
+                   user, sys_, rd, wr, wk[0], wk[1], ld))
         cl.stop()
     finally:
         C._kill_all()
