@@ -12,8 +12,9 @@
  * upgraded, is never taken for the new (cached KV must be bitwise what a recompute gives).
  * 2: Q8_0 and Q4_0 weights against 8-bit activations (cpu_q8.c).
  * 3: those products summed a lane per block (each block's exact integer sum, then one
- *    multiply-add in lane b mod 8) instead of a lane per four values. */
-#define TD_KV_NUMERICS 3u
+ *    multiply-add in lane b mod 8) instead of a lane per four values.
+ * 4: Q4_K and Q6_K weights against activations quantised to 8 bits per 256 values (cpu_qk.c). */
+#define TD_KV_NUMERICS 4u
 
 int td_kv_layout_init(td_kv_layout_t *l, const td_model_t *m, int block_size)
 {

@@ -37,7 +37,8 @@ import model as refmodel  # noqa: E402
 PROMPT = [5, 17, 99, 250, 7, 7, 400, 31, 2, 480, 1, 64, 300]
 
 
-# Products with 8-bit activations (Q8_0 / Q4_0 weights: model.quantize_act_q8_0) round each
+# Products with 8-bit activations (Q8_0 / Q4_0 weights: model.quantize_act_q8_0; Q4_K / Q6_K:
+# model.quantize_act_q8_k) round each
 # activation to a step of its block; the engine's fp32 activation and the reference's float64 one
 # differ in the last bits, so now and then one lands on the other side of a rounding boundary and
 # moves that step's logits by one step's share (measured: 1e-3 to 5e-3 of the largest logit,
@@ -55,11 +56,11 @@ MOE_IDS = 4
 
 def compare(model_path, engine, tol, act8=True):
     """engine: dict in engine_dump's schema. act8: the engine ran with its default 8-bit
-    activations for Q8_0 / Q4_0 weights (else with fp32 ones: engine_dump's f32act), so the
+    activations for Q8_0 / Q4_0 / Q4_K / Q6_K weights (else with fp32 ones: engine_dump's f32act), so the
     reference models them. Returns (ok, message, max relative error)."""
     cfg, w, _ = formats.load_model(model_path)
     if not act8:
-        cfg["q8_activation_inputs"] = []
+        cfg["q8_activation_inputs"] = cfg["q8k_activation_inputs"] = []
     flips = bool(cfg.get("q8_activation_inputs"))
     moe = int(cfg.get("n_routed_experts") or 0) > 0
     prompt = engine["prompt_token_ids"]

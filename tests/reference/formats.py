@@ -511,11 +511,13 @@ def _gguf_deepseek2(meta, t, path):
 # ---------------------------------------------------------------------------------------------
 
 # Weight types whose products llama.cpp's CPU code (and tandem's CPU backend) computes against
-# activations quantised to Q8_0 (its vec_dot_type for these types; model.quantize_act_q8_0).
-Q8_ACT_TYPES = {"Q8_0", "Q4_0"}
+# activations quantised to 8 bits (its vec_dot_type for these types): Q8_0 per block of 32
+# (model.quantize_act_q8_0) and Q8_K per super-block of 256 (model.quantize_act_q8_k).
+Q8_ACT_TYPES = {"Q8_0", "Q4_0", "Q4_K", "Q6_K"}
+Q8K_ACT_TYPES = {"Q4_K", "Q6_K"}
 
 
-def q8_activation_inputs(t):
+def q8_activation_inputs(t, types=Q8_ACT_TYPES):
     """The names of the reference's products (HF weight names; for MLA's absorbed attention
     model.layers.N.self_attn.k_b and .v_b) whose activations the engine and llama.cpp quantise
     to 8 bits, from a GGUF file's tensors {name: (type, array)}. MLA's split attn_k_b and
@@ -524,7 +526,7 @@ def q8_activation_inputs(t):
     (matmul_t), its value half as a product."""
     names = set()
     for name, (ty, _) in t.items():
-        if ty not in Q8_ACT_TYPES:
+        if ty not in types:
             continue
         parts = name.split(".")
         if parts[0] == "blk":
@@ -550,15 +552,17 @@ def read_gguf_model(path):
         raise FormatError("%s: unsupported GGUF architecture %r" % (path, arch))
     # HF names of the weights stored in a type that takes 8-bit activations (an expert's slice
     # of a stacked tensor is a view of it)
-    q8 = q8_activation_inputs(t)
     def owner(a):
         return id(a if a.base is None else a.base)
 
     src = {owner(a): "gguf:" + n for n, (_, a) in t.items()}
-    for hf, arr in w.items():
-        if src.get(owner(arr)) in q8:
-            q8.add(hf)
-    cfg["q8_activation_inputs"] = sorted(n for n in q8 if not n.startswith("gguf:"))
+    for key, types in (("q8_activation_inputs", Q8_ACT_TYPES),
+                       ("q8k_activation_inputs", Q8K_ACT_TYPES)):
+        q8 = q8_activation_inputs(t, types)
+        for hf, arr in w.items():
+            if src.get(owner(arr)) in q8:
+                q8.add(hf)
+        cfg[key] = sorted(n for n in q8 if not n.startswith("gguf:"))
     return cfg, w, {k: v[0] for k, v in t.items()}
 
 

@@ -42,6 +42,21 @@ def quantize_act_q8_0(x):
     return (q * d).reshape(x.shape)
 
 
+def quantize_act_q8_k(x):
+    """x [..., n] (n a multiple of 256) as llama.cpp quantises a matmul's activations for Q4_K /
+    Q6_K weights (its Q8_K) and tandem's CPU backend does (common/backend/cpu/cpu_qk.c), returned
+    dequantised: per super-block of 256 values, the step d = amax / 127 in fp32 and q = x * (127 /
+    amax) rounded to nearest (ties to even), so the value is d * q."""
+    x = np.asarray(x, dtype=np.float64)
+    b = x.reshape(x.shape[:-1] + (x.shape[-1] // 256, 256))
+    amax32 = np.max(np.abs(b), axis=-1, keepdims=True).astype(np.float32)
+    d = (amax32 / np.float32(127)).astype(np.float64)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax32 > 0, np.float32(127) / amax32, np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint((b.astype(np.float32) * inv).astype(np.float64)), -127, 127)
+    return (q * d).reshape(x.shape)
+
+
 def rms_norm(x, w, eps):
     """x [..., d], w [d]: x / sqrt(mean(x^2) + eps) * w."""
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
@@ -226,8 +241,9 @@ class Model:
         # products whose activations are quantised to 8 bits first, as llama.cpp and the engine
         # do for Q8_0 / Q4_0 weights (formats.read_gguf_model lists them)
         self.q8 = set(cfg.get("q8_activation_inputs") or ())
-        self.lm_head_q8 = ("lm_head.weight" if "lm_head.weight" in weights
-                           else "model.embed_tokens.weight") in self.q8
+        self.q8k = set(cfg.get("q8k_activation_inputs") or ()) & self.q8
+        self.lm_head_name = ("lm_head.weight" if "lm_head.weight" in weights
+                             else "model.embed_tokens.weight")
         self.k_cache = [[] for _ in range(self.n_layers)]  # per layer: list of [n_heads, d] per pos
         self.v_cache = [[] for _ in range(self.n_layers)]
         self.pos = 0
@@ -242,7 +258,9 @@ class Model:
 
     def _act(self, x, name):
         """x as the product with weight `name` sees it: rounded to 8 bits where it is Q8_0 or
-        Q4_0 (quantize_act_q8_0), else unchanged."""
+        Q4_0 (quantize_act_q8_0) or Q4_K or Q6_K (quantize_act_q8_k), else unchanged."""
+        if name in self.q8k:
+            return quantize_act_q8_k(x)
         return quantize_act_q8_0(x) if name in self.q8 else x
 
     def _linear(self, x, prefix):
@@ -397,7 +415,7 @@ class Model:
             x = x + (self._moe(i, h) if self._is_moe(i) else self._mlp(h, p + ".mlp"))
         x = rms_norm(x, self._get("model.norm.weight"), self.eps)
         self.pos += len(ids)
-        return (quantize_act_q8_0(x) if self.lm_head_q8 else x) @ self.lm_head.T
+        return self._act(x, self.lm_head_name) @ self.lm_head.T
 
 
 def generate(model, prompt_ids, steps):

@@ -13,13 +13,13 @@
     65536             /* per-thread dequantisation buffer: rows are converted in chunks;           \
                         a multiple of 2 x 256 so chunks keep every block format's blocks whole */
 #define MAX_HEAD TD_CPU_MAX_HEAD /* largest head width / latent rank attention accumulates */
-#define XQ_BYTES (4 << 20)       /* activations quantised for Q8_0 / Q4_0 weights (cpu_q8.c) */
+#define XQ_BYTES (4 << 20) /* activations quantised for Q8_0 / Q4_0 / Q4_K / Q6_K weights */
 
 typedef struct cpu {
     td_cpu_pool_t *pool;
     float **scratch; /* [n_threads][SCRATCH_FLOATS] */
     int n_threads;
-    bool f32_act;    /* Q8_0 / Q4_0 weights against fp32 activations (td_cpu_opts_t) */
+    bool f32_act;    /* Q8_0, Q4_0, Q4_K and Q6_K weights against fp32 activations (td_cpu_opts_t) */
     void *xq; /* [XQ_BYTES]: a group of tokens' steps (floats), their int8 values, then where
                  wide the prefill tiles' copy (td_q8_act_t) */
     /* [xp_floats], 64-byte aligned: the AVX-512 tiles' copy of a block of tokens (mm_pack) */
@@ -328,6 +328,52 @@ static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld
     }
 }
 
+/* Q4_K / Q6_K weights against 8-bit activations (cpu_qk.c): as matmul_q8, the tokens of a group
+ * quantised once, then every thread's chunks of rows against all of them. */
+typedef struct mmk_job {
+    cpu_t *c;
+    const td_mat_t *W;
+    const td_qk_act_t *a;
+    const float *x;
+    int x_ld;
+    float *out;
+    int out_ld;
+} mmk_job_t;
+
+static void mmk_rows(void *arg, int64_t r0, int64_t r1, int tid)
+{
+    const mmk_job_t *j = arg;
+    td__cpu_qk_rows(j->W, r0, r1, j->a, j->out, j->out_ld, j->c->scratch[tid],
+                    SCRATCH_FLOATS * sizeof(float));
+}
+
+static void mmk_quant(void *arg, int64_t t0, int64_t t1, int tid)
+{
+    const mmk_job_t *j = arg;
+    (void)tid;
+    td__cpu_qk_quant(j->x, j->x_ld, j->a, t0, t1);
+}
+
+static void matmul_qk(cpu_t *c, float *out, int out_ld, const float *x, int x_ld, int T,
+                      const td_mat_t *W)
+{
+    const int64_t n = W->cols;
+    int64_t group = T;
+    while (group > 4 && td__cpu_qk_act_bytes(group, n) > XQ_BYTES)
+        group = (group + 1) / 2;
+    TD_ASSERT(td__cpu_qk_act_bytes(group, n) <= XQ_BYTES);
+    for (int64_t t0 = 0; t0 < T; t0 += group) {
+        const int64_t Tg = TD_MIN(group, T - t0);
+        td_qk_act_t a;
+        td__cpu_qk_act_place(&a, Tg, n, c->xq);
+        mmk_job_t j = {c, W, &a, x + t0 * x_ld, x_ld, out + t0 * out_ld, out_ld};
+        td_cpu_pool_run(Tg < 8 ? NULL : c->pool, Tg, 0, mmk_quant, &j);
+        const int64_t work = W->rows * n * Tg;
+        td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows,
+                        Tg >= 4 ? grain(c, W->rows, 8, 4, 16) : 0, mmk_rows, &j);
+    }
+}
+
 #ifdef TD_CPU_FMA_KERNELS
 /* Groups [g0, g1) of a block of tokens packed for the AVX-512 tiles. */
 static void mm_pack(void *arg, int64_t g0, int64_t g1, int tid)
@@ -356,6 +402,10 @@ static void cpu_matmul(td_backend_t *b, float *out, int out_ld, const float *x, 
     cpu_t *c = b->impl;
     if (!c->f32_act && td__cpu_q8_act(W->dtype)) {
         matmul_q8(c, out, out_ld, x, x_ld, T, W);
+        return;
+    }
+    if (!c->f32_act && td__cpu_qk_act(W->dtype) && W->cols % 256 == 0) {
+        matmul_qk(c, out, out_ld, x, x_ld, T, W);
         return;
     }
     /* small products are not worth waking the other threads */

@@ -150,4 +150,27 @@ void td__cpu_quant_act(const float *x, int64_t x_ld, const td_q8_act_t *a, int64
 void td__cpu_q8_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_q8_act_t *a, float *out,
                      int64_t out_ld, void *scratch, size_t scratch_bytes);
 
+/* cpu_qk.c: Q4_K / Q6_K weights against activations quantised to 8 bits per 256 values (llama.cpp's
+ * Q8_K). Whether weights of type t take them: */
+bool td__cpu_qk_act(td_dtype_t t);
+/* A group of T tokens quantised for Q4_K / Q6_K weights (n a multiple of 256): q[T][n], the
+ * super-blocks' steps d[T][n / 256] and the sums of each 16 values bs[T][n / 16], each 64-byte
+ * aligned. */
+typedef struct td_qk_act {
+    int64_t T, n;
+    int8_t *q;
+    float *d;
+    int16_t *bs;
+} td_qk_act_t;
+/* Bytes a group of T tokens of n values needs, alignment included; and a placed in mem (that
+ * many bytes). */
+size_t td__cpu_qk_act_bytes(int64_t T, int64_t n);
+void td__cpu_qk_act_place(td_qk_act_t *a, int64_t T, int64_t n, void *mem);
+/* Tokens [t0, t1) of a (rows x + t * x_ld) quantised into a, each on its own. */
+void td__cpu_qk_quant(const float *x, int64_t x_ld, const td_qk_act_t *a, int64_t t0, int64_t t1);
+/* out[t * out_ld + r] for rows [r0, r1) of W (Q4_K or Q6_K) and a's tokens; scratch
+ * (scratch_bytes) holds the prefill tiles' layout of four rows where it is large enough. */
+void td__cpu_qk_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_qk_act_t *a, float *out,
+                     int64_t out_ld, void *scratch, size_t scratch_bytes);
+
 #endif

@@ -13,7 +13,16 @@
  * has (portable, AVX2, AVX-512), 1 and 2 threads, token counts that take the one-token kernels
  * (1-3) and the prefill tiles (4 and up, odd and even: the tiles pair tokens), rows that leave
  * every remainder of the tiles' groups of rows, and columns that leave a partial group of eight
- * blocks. */
+ * blocks.
+ *
+ * test_qk_numerics: Q4_K and Q6_K matmuls against 8-bit activations (common/backend/cpu/cpu_qk.c),
+ * bitwise against a scalar model written here from cpu_qk.c's description, with its own decoding
+ * of the two block formats (checked value by value against td_mat_row_f32's): each token quantised
+ * per super-block of 256 (step amax / 127 in fp32, values rint(x * 127 / amax)), eight exact
+ * integer lanes of scale * u * q (four consecutive values a lane in each group of 32) and the
+ * integer sum of mins (or 32 * scales) times the sums of 16 values, then per super-block a multiply
+ * and an add per lane and for the sum, then the lanes' tree less the sum. Every level, 1 and 2
+ * threads, token counts 1 to 33. */
 #include "../../../common/backend/cpu/cpu_impl.h"
 #include "td_backend.h"
 #include "td_check.h"
@@ -221,6 +230,189 @@ START_TEST(test_q8_numerics)
 }
 END_TEST
 
+/* A rows x cols Q4_K or Q6_K matrix of random super-blocks (steps small, so that values stay
+ * near [-1, 1]; some Q6_K scales at -128 and 127). */
+static td_mat_t rand_kmat(td_dtype_t dt, int64_t rows, int64_t cols)
+{
+    td_mat_t m = {.dtype = dt, .rows = rows, .cols = cols};
+    const size_t rb = td_dtype_row_bytes(dt, cols), bs = dt == TD_DTYPE_Q4_K ? 144 : 210;
+    uint8_t *d = malloc(rb * (size_t)rows);
+    ck_assert_ptr_nonnull(d);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < cols / 256; b++) {
+            uint8_t *blk = d + (size_t)r * rb + (size_t)b * bs;
+            for (size_t j = 0; j < bs; j++)
+                blk[j] = (uint8_t)next_u32();
+            uint16_t s = f32_to_f16((0.5f + 0.5f * frand()) / 1024), s2 = f32_to_f16(0.5f / 1024);
+            if (dt == TD_DTYPE_Q4_K) {
+                memcpy(blk, &s, 2);
+                memcpy(blk + 2, &s2, 2);
+            } else {
+                memcpy(blk + 208, &s, 2);
+                if (b % 3 == 1)
+                    blk[192] = 0x80, blk[193] = 0x7f;
+            }
+        }
+    m.data = d;
+    return m;
+}
+
+/* Value v of super-block b of row r as the integers the format holds: its unsigned u, its scale,
+ * its run's mv (the min of its 32 for Q4_K, 32 * its scale for Q6_K) and the steps d, dmin (dmin =
+ * d for Q6_K); the value is d * sc * u - dmin * mv (Q4_K) or d * sc * (u - 32) (Q6_K). */
+static void kval(const td_mat_t *W, int64_t r, int64_t b, int v, int *u, int *sc, int *mv,
+                 float *d, float *dmin)
+{
+    const size_t rb = td_dtype_row_bytes(W->dtype, W->cols);
+    const uint8_t *row = (const uint8_t *)W->data + (size_t)r * rb;
+    uint16_t h;
+    if (W->dtype == TD_DTYPE_Q4_K) {
+        const uint8_t *blk = row + b * 144, *q = blk + 4;
+        memcpy(&h, blk, 2);
+        *d = f16_to_f32(h);
+        memcpy(&h, blk + 2, 2);
+        *dmin = f16_to_f32(h);
+        int j = v / 32, i = v / 64, l = v % 32; /* sub-block j: low nibbles for even j */
+        *u = j % 2 ? blk[16 + 32 * i + l] >> 4 : blk[16 + 32 * i + l] & 0xf;
+        if (j < 4) {
+            *sc = q[j] & 63;
+            *mv = q[j + 4] & 63;
+        } else {
+            *sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+            *mv = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        }
+        return;
+    }
+    const uint8_t *blk = row + b * 210;
+    memcpy(&h, blk + 208, 2);
+    *d = *dmin = f16_to_f32(h);
+    int half = v / 128, w = v % 128, quarter = w / 32, l = w % 32;
+    const uint8_t *ql = blk + 64 * half, *qh = blk + 128 + 32 * half;
+    int lo = quarter == 0 ? ql[l] & 0xf
+             : quarter == 1 ? ql[32 + l] & 0xf
+             : quarter == 2 ? ql[l] >> 4
+                            : ql[32 + l] >> 4;
+    *u = lo | ((qh[l] >> (2 * quarter)) & 3) << 4;
+    *sc = (int8_t)blk[192 + v / 16];
+    *mv = 32 * *sc;
+}
+
+/* The model of cpu_qk.c's numerics: out[t * out_ld + r]. */
+static void kmodel(const td_mat_t *W, const float *x, int x_ld, int T, float *out, int out_ld)
+{
+    const int64_t n = W->cols, nsb = n / 256;
+    int8_t *q = malloc((size_t)n);
+    float *dx = malloc((size_t)nsb * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * x_ld;
+        for (int64_t b = 0; b < nsb; b++) {
+            float amax = 0;
+            for (int j = 0; j < 256; j++)
+                amax = fmaxf(amax, fabsf(xt[b * 256 + j]));
+            dx[b] = amax / 127.0f;
+            float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            for (int j = 0; j < 256; j++)
+                q[b * 256 + j] = (int8_t)rintf(xt[b * 256 + j] * id);
+        }
+        for (int64_t r = 0; r < W->rows; r++) {
+            float acc[8] = {0}, accm = 0;
+            for (int64_t b = 0; b < nsb; b++) {
+                int32_t A[8] = {0}, B = 0, bsum = 0;
+                float d = 0, dmin = 0;
+                for (int v = 0; v < 256; v++) {
+                    int u, sc, mv;
+                    kval(W, r, b, v, &u, &sc, &mv, &d, &dmin);
+                    A[(v % 32) / 4] += sc * u * q[b * 256 + v];
+                    bsum += q[b * 256 + v];
+                    if (v % 16 == 15) {
+                        B += mv * bsum;
+                        bsum = 0;
+                    }
+                }
+                float dd = dx[b] * d, dm = dx[b] * dmin;
+                for (int l = 0; l < 8; l++)
+                    acc[l] = acc[l] + dd * (float)A[l];
+                accm = accm + dm * (float)B;
+            }
+            out[(size_t)t * out_ld + r] =
+                (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) -
+                accm;
+        }
+    }
+    free(q);
+    free(dx);
+}
+
+START_TEST(test_qk_numerics)
+{
+    const int top = td__cpu_isa();
+    td_rng_seed(&rng, 23);
+    const td_dtype_t dts[] = {TD_DTYPE_Q4_K, TD_DTYPE_Q6_K};
+    const int64_t shapes[][2] = {{13, 256}, {9, 768}, {6, 2048}};
+    const int Ts[] = {1, 2, 3, 4, 5, 8, 33};
+    /* the test's decoding is the format's: every value against the model module's dequantisation */
+    for (size_t di = 0; di < 2; di++) {
+        td_mat_t W = rand_kmat(dts[di], 3, 512);
+        float row[512];
+        for (int64_t r = 0; r < W.rows; r++) {
+            td_mat_row_f32(&W, r, row);
+            for (int c = 0; c < 512; c++) {
+                int u, sc, mv;
+                float d, dmin;
+                kval(&W, r, c / 256, c % 256, &u, &sc, &mv, &d, &dmin);
+                float want = W.dtype == TD_DTYPE_Q4_K ? d * (float)sc * (float)u - dmin * (float)mv
+                                                      : d * (float)sc * (float)(u - 32);
+                ck_assert_msg(fabsf(row[c] - want) <= 1e-6f * fmaxf(1.0f, fabsf(want)),
+                              "%s value %lld,%d: %g, the test's decoding %g", td_dtype_name(W.dtype),
+                              (long long)r, c, row[c], want);
+            }
+        }
+        free((void *)W.data);
+    }
+    int compared = 0;
+    for (int level = TD_CPU_ISA_GENERIC; level <= top; level++) {
+        td__cpu_isa_cap(level);
+        for (int threads = 1; threads <= 2; threads++) {
+            td_backend_t *b = td_cpu_backend_create(threads);
+            ck_assert_ptr_nonnull(b);
+            for (size_t di = 0; di < 2; di++)
+                for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+                    td_mat_t W = rand_kmat(dts[di], shapes[si][0], shapes[si][1]);
+                    for (size_t ti = 0; ti < sizeof(Ts) / sizeof(Ts[0]); ti++) {
+                        const int T = Ts[ti], x_ld = (int)W.cols + 3, out_ld = (int)W.rows + 2;
+                        float *x = malloc(sizeof(float) * (size_t)T * x_ld);
+                        for (int i = 0; i < T * x_ld; i++)
+                            x[i] = frand() * (i % 97 == 5 ? 40.0f : 1.0f);
+                        if (W.cols >= 512) /* an all-zero super-block */
+                            memset(x + 256, 0, 256 * sizeof(float));
+                        size_t no = (size_t)T * out_ld;
+                        float *got = calloc(no, sizeof(float)), *want = calloc(no, sizeof(float));
+                        b->matmul(b, got, out_ld, x, x_ld, T, &W);
+                        kmodel(&W, x, x_ld, T, want, out_ld);
+                        for (int t = 0; t < T; t++)
+                            for (int64_t r = 0; r < W.rows; r++) {
+                                size_t i = (size_t)t * out_ld + r;
+                                if (memcmp(&got[i], &want[i], sizeof(float)))
+                                    ck_abort_msg(
+                                        "%s %lldx%lld level %d threads %d T=%d: out[%d][%lld] "
+                                        "%.9g, the model %.9g",
+                                        td_dtype_name(W.dtype), (long long)W.rows,
+                                        (long long)W.cols, level, threads, T, t, (long long)r,
+                                        got[i], want[i]);
+                                compared++;
+                            }
+                        free(x), free(got), free(want);
+                    }
+                    free((void *)W.data);
+                }
+            b->destroy(b);
+        }
+    }
+    td__cpu_isa_cap(TD_CPU_ISA_AVX512);
+    ck_assert_int_gt(compared, 0);
+}
+END_TEST
+
 /* The CPU backend's F32, BF16 and F16 matmuls at every instruction-set level this CPU has above
  * the portable one (AVX2 and AVX-512: the AVX-512 tiles hold two outputs per register and take
  * tokens in packed pairs) bitwise equal: token counts that take the one-token kernels (1-3), one
@@ -298,6 +490,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_isa_equiv);
     tcase_add_test(tc, test_q8_numerics);
+    tcase_add_test(tc, test_qk_numerics);
     suite_add_tcase(s, tc);
     return td_check_run(s);
 }
