@@ -129,9 +129,10 @@ td_backend_t *td_cpu_backend_create(int n_threads);
 
 typedef struct td_cpu_opts {
     int n_threads; /* >= 1, the caller's thread included (less: 1) */
-    /* Q8_0 and Q4_0 weights against the fp32 activations (each weight dequantised), where the
-     * default quantises each token's activations to 8 bits for integer dot products as
-     * llama.cpp does (cpu_q8.c, docs/architecture.md); for comparisons with backends that keep fp32. */
+    /* Q8_0, Q4_0, Q4_K and Q6_K weights against the fp32 activations (each weight dequantised),
+     * where the default quantises each token's activations to 8 bits for integer dot products as
+     * llama.cpp does (cpu_q8.c, cpu_qk.c, docs/architecture.md); for comparisons with backends
+     * that keep fp32. */
     bool f32_activations;
 } td_cpu_opts_t;
 

@@ -21,8 +21,9 @@ typedef struct td_engine_opts {
     td_backend_t *backend; /* run on this backend (borrowed: it outlives the engine). A device
                               backend caches weights and tables by host address: lend it to one
                               engine only. NULL: a CPU backend of n_threads the engine owns */
-    bool f32_activations;  /* that CPU backend's td_cpu_opts_t.f32_activations: Q8_0 / Q4_0
-                              weights against fp32 activations instead of 8-bit ones */
+    bool f32_activations;  /* that CPU backend's td_cpu_opts_t.f32_activations: Q8_0, Q4_0,
+                              Q4_K and Q6_K weights against fp32 activations instead of 8-bit
+                              ones */
 } td_engine_opts_t;
 
 /* Create an engine for `m` on the CPU backend, or opts->backend. Its KV pool must be in that

@@ -6,14 +6,14 @@ them, and both are checked against two independent readings of the same file:
 - the reference's numpy dequantization of the raw blocks (formats.py, written from ggml's block
   layouts) run through the float64 forward: the engine with fp32 activations (engine_dump's
   f32act) agrees within 1e-4 of the largest logit at every step with identical greedy ids; the
-  engine with its default 8-bit activations for Q8_0 / Q4_0 products agrees with the forward
-  that rounds those products' inputs the same way (model.quantize_act_q8_0), under
+  engine with its default 8-bit activations for Q8_0 / Q4_0 and Q4_K / Q6_K products agrees
+  with the forward that rounds those products' inputs the same way (model.quantize_act_q8_0,
+  model.quantize_act_q8_k), under
   compare_engine's rules for rounding flips;
 - llama.cpp (node-llama-cpp's prebuilt CPU build) on the same file: its next-token
   probabilities at every position of the engine's greedy sequence agree with the reference's.
   llama.cpp rounds the activations to 8 bits for its integer dot products (Q8_0 for Q8_0 / Q4_0
-  weights, which the reference models; Q8_K for the K-quants, which it does not) and keeps an
-  F16 KV cache, so they agree within a tolerance, not bit for bit; that part is skipped, and
+  weights, Q8_K for the K-quants; the reference models both) and keeps an F16 KV cache, so they agree within a tolerance, not bit for bit; that part is skipped, and
   said so, where node-llama-cpp is not installed.
 
 The models are mkmodel's `small` preset (hidden 256) so that most rows hold whole 256-value
@@ -85,7 +85,7 @@ class QuantTest(unittest.TestCase):
         types = {t for t, _ in tensors.values()}
         self.assertTrue(WANT_TYPES[gtype] <= types, "%s %s: file holds %s" % (arch, gtype, types))
         # the engine against the numpy dequantization: with fp32 activations against the plain
-        # float64 forward, and with its default 8-bit activations (Q8_0 / Q4_0 weights) against
+        # float64 forward, and with its default 8-bit activations (Q8_0 / Q4_0 / Q4_K / Q6_K) against
         # the forward that rounds them the same way (compare_engine's rules for rounding flips)
         for act8 in (False, True):
             out = os.path.join(d, "engine%d.json" % act8)
