@@ -10,18 +10,18 @@
 #include <string.h>
 
 #define SCRATCH_FLOATS                                                                             \
-    65536             /* per-thread dequantisation buffer: rows are converted in chunks;           \
-                        a multiple of 2 x 256 so chunks keep every block format's blocks whole */
+    65536 /* per-thread dequantisation buffer: rows are converted in chunks;                       \
+            a multiple of 2 x 256 so chunks keep every block format's blocks whole */
 #define MAX_HEAD TD_CPU_MAX_HEAD /* largest head width / latent rank attention accumulates */
-#define XQ_BYTES (4 << 20) /* activations quantised for Q8_0 / Q4_0 / Q4_K / Q6_K weights */
+#define XQ_BYTES (4 << 20)       /* activations quantised for Q8_0 / Q4_0 / Q4_K / Q6_K weights */
 
 typedef struct cpu {
     td_cpu_pool_t *pool;
     float **scratch; /* [n_threads][SCRATCH_FLOATS] */
     int n_threads;
-    bool f32_act;    /* Q8_0, Q4_0, Q4_K and Q6_K weights against fp32 activations (td_cpu_opts_t) */
-    void *xq; /* [XQ_BYTES]: a group of tokens' steps (floats), their int8 values, then where
-                 wide the prefill tiles' copy (td_q8_act_t) */
+    bool f32_act; /* Q8_0, Q4_0, Q4_K and Q6_K weights against fp32 activations (td_cpu_opts_t) */
+    void *xq;     /* [XQ_BYTES]: a group of tokens' steps (floats), their int8 values, then where
+                     wide the prefill tiles' copy (td_q8_act_t) */
     /* [xp_floats], 64-byte aligned: the AVX-512 tiles' copy of a block of tokens (mm_pack) */
     float *xp;
     size_t xp_floats;
@@ -258,32 +258,39 @@ static void mm_rows(void *arg, int64_t r0, int64_t r1, int tid)
     }
 }
 
-/* Q8_0 / Q4_0 weights against 8-bit activations: the tokens of a group quantised once (with
- * their 16-bit copies for the prefill tiles), then every thread's chunks of rows against all of
- * them. */
-typedef struct mmq_job {
+/* Weights against 8-bit activations (Q8_0 / Q4_0: cpu_q8.c; Q4_K / Q6_K: cpu_qk.c): the tokens
+ * of a group quantised once, then every thread's chunks of rows against all of them. a is the
+ * group's td_q8_act_t or td_qk_act_t, as the weights' type says. */
+typedef struct mma_job {
     cpu_t *c;
     const td_mat_t *W;
-    const td_q8_act_t *a;
+    const void *a;
     const float *x;
     int x_ld;
     float *out;
     int out_ld;
-} mmq_job_t;
+} mma_job_t;
 
-static void mmq_rows(void *arg, int64_t r0, int64_t r1, int tid)
+static void mma_rows(void *arg, int64_t r0, int64_t r1, int tid)
 {
-    const mmq_job_t *j = arg;
-    td__cpu_q8_rows(j->W, r0, r1, j->a, j->out, j->out_ld, j->c->scratch[tid],
-                    SCRATCH_FLOATS * sizeof(float));
+    const mma_job_t *j = arg;
+    void *scratch = j->c->scratch[tid];
+    const size_t bytes = SCRATCH_FLOATS * sizeof(float);
+    if (td__cpu_qk_act(j->W->dtype))
+        td__cpu_qk_rows(j->W, r0, r1, j->a, j->out, j->out_ld, scratch, bytes);
+    else
+        td__cpu_q8_rows(j->W, r0, r1, j->a, j->out, j->out_ld, scratch, bytes);
 }
 
 /* Tokens [t0, t1) of a group quantised (each on its own: the split does not change a value). */
-static void mmq_quant(void *arg, int64_t t0, int64_t t1, int tid)
+static void mma_quant(void *arg, int64_t t0, int64_t t1, int tid)
 {
-    const mmq_job_t *j = arg;
+    const mma_job_t *j = arg;
     (void)tid;
-    td__cpu_quant_act(j->x, j->x_ld, j->a, t0, t1);
+    if (td__cpu_qk_act(j->W->dtype))
+        td__cpu_qk_quant(j->x, j->x_ld, j->a, t0, t1);
+    else
+        td__cpu_quant_act(j->x, j->x_ld, j->a, t0, t1);
 }
 
 /* Rows per chunk of a pool job: about `per` chunks per thread, a multiple of `align` rows (the
@@ -293,6 +300,18 @@ static int64_t grain(const cpu_t *c, int64_t rows, int per, int64_t align, int64
     int64_t g = rows / ((int64_t)c->n_threads * per);
     g = TD_MAX(g, min);
     return (g + align - 1) / align * align;
+}
+
+/* One group of Tg tokens: quantised, then the rows against them. */
+static void mma_run(cpu_t *c, mma_job_t *j, int64_t Tg)
+{
+    td_cpu_pool_run(Tg < 8 ? NULL : c->pool, Tg, 0, mma_quant, j);
+    int64_t work =
+        j->W->rows * j->W->cols * Tg; /* small products are not worth waking the others */
+    /* several chunks per thread, in the prefill tiles' groups of four rows (under four tokens,
+     * one range per thread: its rows are one sequential stream the decode kernels read along) */
+    td_cpu_pool_run(work < 32768 ? NULL : c->pool, j->W->rows,
+                    Tg >= 4 ? grain(c, j->W->rows, 8, 4, 16) : 0, mma_rows, j);
 }
 
 static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld, int T,
@@ -317,41 +336,9 @@ static void matmul_q8(cpu_t *c, float *out, int out_ld, const float *x, int x_ld
                       (uint8_t *)c->xq + XQ_BYTES);
             td__cpu_q8_wide_place(&a, q + Tg * n);
         }
-        mmq_job_t j = {c, W, &a, x + t0 * x_ld, x_ld, out + t0 * out_ld, out_ld};
-        td_cpu_pool_run(Tg < 8 ? NULL : c->pool, Tg, 0, mmq_quant, &j);
-        int64_t work = W->rows * n * Tg; /* small products are not worth waking the others */
-        /* several chunks per thread, in the prefill tiles' groups of four rows (under four
-         * tokens, one range per thread: its rows are one sequential stream the decode kernel
-         * prefetches along) */
-        td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows,
-                        Tg >= 4 ? grain(c, W->rows, 8, 4, 16) : 0, mmq_rows, &j);
+        mma_job_t j = {c, W, &a, x + t0 * x_ld, x_ld, out + t0 * out_ld, out_ld};
+        mma_run(c, &j, Tg);
     }
-}
-
-/* Q4_K / Q6_K weights against 8-bit activations (cpu_qk.c): as matmul_q8, the tokens of a group
- * quantised once, then every thread's chunks of rows against all of them. */
-typedef struct mmk_job {
-    cpu_t *c;
-    const td_mat_t *W;
-    const td_qk_act_t *a;
-    const float *x;
-    int x_ld;
-    float *out;
-    int out_ld;
-} mmk_job_t;
-
-static void mmk_rows(void *arg, int64_t r0, int64_t r1, int tid)
-{
-    const mmk_job_t *j = arg;
-    td__cpu_qk_rows(j->W, r0, r1, j->a, j->out, j->out_ld, j->c->scratch[tid],
-                    SCRATCH_FLOATS * sizeof(float));
-}
-
-static void mmk_quant(void *arg, int64_t t0, int64_t t1, int tid)
-{
-    const mmk_job_t *j = arg;
-    (void)tid;
-    td__cpu_qk_quant(j->x, j->x_ld, j->a, t0, t1);
 }
 
 static void matmul_qk(cpu_t *c, float *out, int out_ld, const float *x, int x_ld, int T,
@@ -366,11 +353,8 @@ static void matmul_qk(cpu_t *c, float *out, int out_ld, const float *x, int x_ld
         const int64_t Tg = TD_MIN(group, T - t0);
         td_qk_act_t a;
         td__cpu_qk_act_place(&a, Tg, n, c->xq);
-        mmk_job_t j = {c, W, &a, x + t0 * x_ld, x_ld, out + t0 * out_ld, out_ld};
-        td_cpu_pool_run(Tg < 8 ? NULL : c->pool, Tg, 0, mmk_quant, &j);
-        const int64_t work = W->rows * n * Tg;
-        td_cpu_pool_run(work < 32768 ? NULL : c->pool, W->rows,
-                        Tg >= 4 ? grain(c, W->rows, 8, 4, 16) : 0, mmk_rows, &j);
+        mma_job_t j = {c, W, &a, x + t0 * x_ld, x_ld, out + t0 * out_ld, out_ld};
+        mma_run(c, &j, Tg);
     }
 }
 

@@ -353,40 +353,28 @@ KI void q6k_sb(const uint8_t *blk, const int8_t *q, const int16_t *bs, __m256i *
 }
 
 /* One row against one token: every super-block in column order. */
-K static float dot_q4k(const uint8_t *row, const int8_t *q, const float *dx, const int16_t *bs,
-                       int64_t nsb)
+K static float dot_qk(td_dtype_t t, const uint8_t *row, const int8_t *q, const float *dx,
+                      const int16_t *bs, int64_t nsb)
 {
+    const bool k4 = t == TD_DTYPE_Q4_K;
+    const size_t bb = k4 ? 144 : 210;
     __m256 acc = _mm256_setzero_ps();
     float accm = 0;
     for (int64_t b = 0; b < nsb; b++) {
-        const uint8_t *blk = row + b * 144;
+        const uint8_t *blk = row + b * bb;
         __m256i A;
         int32_t B;
-        q4k_sb(blk, q + b * QKK, bs + b * 16, &A, &B);
         uint16_t h[2];
-        memcpy(h, blk, 4);
-        const float d = _cvtsh_ss(h[0]), dmin = _cvtsh_ss(h[1]);
-        acc = lanes_add(acc, dx[b] * d, A);
-        accm = accm + (dx[b] * dmin) * (float)B;
-    }
-    return finish_v(acc, accm);
-}
-
-K static float dot_q6k(const uint8_t *row, const int8_t *q, const float *dx, const int16_t *bs,
-                       int64_t nsb)
-{
-    __m256 acc = _mm256_setzero_ps();
-    float accm = 0;
-    for (int64_t b = 0; b < nsb; b++) {
-        const uint8_t *blk = row + b * 210;
-        __m256i A;
-        int32_t B;
-        q6k_sb(blk, q + b * QKK, bs + b * 16, &A, &B);
-        uint16_t h;
-        memcpy(&h, blk + 208, 2);
-        const float dd = dx[b] * _cvtsh_ss(h);
-        acc = lanes_add(acc, dd, A);
-        accm = accm + dd * (float)B;
+        if (k4) {
+            q4k_sb(blk, q + b * QKK, bs + b * 16, &A, &B);
+            memcpy(h, blk, 4);
+        } else {
+            q6k_sb(blk, q + b * QKK, bs + b * 16, &A, &B);
+            memcpy(h, blk + 208, 2);
+            h[1] = h[0]; /* dmin = d */
+        }
+        acc = lanes_add(acc, dx[b] * _cvtsh_ss(h[0]), A);
+        accm = accm + (dx[b] * _cvtsh_ss(h[1])) * (float)B;
     }
     return finish_v(acc, accm);
 }
@@ -563,13 +551,11 @@ void td__cpu_qk_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_qk_act_
         return;
     }
     if (td__cpu_fma()) {
-        float (*dot)(const uint8_t *, const int8_t *, const float *, const int16_t *, int64_t) =
-            W->dtype == TD_DTYPE_Q4_K ? dot_q4k : dot_q6k;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *row = data + (size_t)r * rb;
             for (int64_t t = 0; t < T; t++)
                 out[t * out_ld + r] =
-                    dot(row, a->q + t * n, a->d + t * nsb, a->bs + t * (n / 16), nsb);
+                    dot_qk(W->dtype, row, a->q + t * n, a->d + t * nsb, a->bs + t * (n / 16), nsb);
         }
         return;
     }
