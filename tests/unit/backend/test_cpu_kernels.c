@@ -174,33 +174,38 @@ static void model(const td_mat_t *W, const float *x, int x_ld, int T, float *out
     free(dx);
 }
 
-START_TEST(test_q8_numerics)
+/* A matrix of random blocks of type dt, and a model's outputs out[t * out_ld + r] at a level. */
+typedef td_mat_t (*mat_fn)(td_dtype_t dt, int64_t rows, int64_t cols);
+typedef void (*model_fn)(const td_mat_t *W, const float *x, int x_ld, int T, float *out, int out_ld,
+                         int level);
+
+/* Matmuls of the types dts (shapes rows x cols, token counts Ts) at every level this CPU has, 1
+ * and 2 threads, bitwise against the model; x has an all-zero block of blk values at blk. */
+static void check_levels(const char *name, const td_dtype_t *dts, size_t ndt,
+                         const int64_t (*shapes)[2], size_t nshapes, const int *Ts, size_t nT,
+                         mat_fn mat, model_fn model, int blk)
 {
     const int top = td__cpu_isa();
-    td_rng_seed(&rng, 17);
-    const td_dtype_t dts[] = {TD_DTYPE_Q8_0, TD_DTYPE_Q4_0};
-    const int64_t shapes[][2] = {{13, 32}, {9, 96}, {7, 256}, {11, 288}, {6, 800}, {17, 2304}};
-    const int Ts[] = {1, 2, 3, 4, 5, 7, 8, 16, 33};
     int compared = 0;
     for (int level = TD_CPU_ISA_GENERIC; level <= top; level++) {
         td__cpu_isa_cap(level);
         for (int threads = 1; threads <= 2; threads++) {
             td_backend_t *b = td_cpu_backend_create(threads);
             ck_assert_ptr_nonnull(b);
-            for (size_t di = 0; di < 2; di++)
-                for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
-                    td_mat_t W = rand_mat(dts[di], shapes[si][0], shapes[si][1]);
-                    for (size_t ti = 0; ti < sizeof(Ts) / sizeof(Ts[0]); ti++) {
+            for (size_t di = 0; di < ndt; di++)
+                for (size_t si = 0; si < nshapes; si++) {
+                    td_mat_t W = mat(dts[di], shapes[si][0], shapes[si][1]);
+                    for (size_t ti = 0; ti < nT; ti++) {
                         const int T = Ts[ti], x_ld = (int)W.cols + 3, out_ld = (int)W.rows + 2;
                         float *x = malloc(sizeof(float) * (size_t)T * x_ld);
                         for (int i = 0; i < T * x_ld; i++)
                             x[i] = frand() * (i % 97 == 5 ? 40.0f : 1.0f);
-                        for (int c = 64; c < 96 && c < W.cols; c++) /* an all-zero block */
+                        for (int c = blk; c < 2 * blk && c < W.cols; c++) /* an all-zero block */
                             x[c] = 0.0f;
                         size_t no = (size_t)T * out_ld;
                         float *got = calloc(no, sizeof(float)), *want = calloc(no, sizeof(float));
                         b->matmul(b, got, out_ld, x, x_ld, T, &W);
-                        model(&W, x, x_ld, T, want, out_ld, level >= TD_CPU_ISA_AVX2);
+                        model(&W, x, x_ld, T, want, out_ld, level);
                         for (int t = 0; t < T; t++)
                             for (int64_t r = 0; r < W.rows; r++) {
                                 size_t i = (size_t)t * out_ld + r;
@@ -223,10 +228,25 @@ START_TEST(test_q8_numerics)
     td__cpu_isa_cap(TD_CPU_ISA_AVX512);
     ck_assert_int_gt(compared, 0);
     if (top < TD_CPU_ISA_AVX512)
-        fprintf(stderr,
-                "test_q8_numerics: this CPU's level is %d: the AVX-512 kernels were not "
-                "run\n",
+        fprintf(stderr, "%s: this CPU's level is %d: the AVX-512 kernels were not run\n", name,
                 top);
+}
+
+/* The Q8_0 / Q4_0 model at a level: fused multiply-adds from x86-64-v3 up. */
+static void model_q8(const td_mat_t *W, const float *x, int x_ld, int T, float *out, int out_ld,
+                     int level)
+{
+    model(W, x, x_ld, T, out, out_ld, level >= TD_CPU_ISA_AVX2);
+}
+
+START_TEST(test_q8_numerics)
+{
+    td_rng_seed(&rng, 17);
+    const td_dtype_t dts[] = {TD_DTYPE_Q8_0, TD_DTYPE_Q4_0};
+    const int64_t shapes[][2] = {{13, 32}, {9, 96}, {7, 256}, {11, 288}, {6, 800}, {17, 2304}};
+    const int Ts[] = {1, 2, 3, 4, 5, 7, 8, 16, 33};
+    check_levels("test_q8_numerics", dts, 2, shapes, sizeof(shapes) / sizeof(shapes[0]), Ts,
+                 sizeof(Ts) / sizeof(Ts[0]), rand_mat, model_q8, 64);
 }
 END_TEST
 
@@ -260,8 +280,8 @@ static td_mat_t rand_kmat(td_dtype_t dt, int64_t rows, int64_t cols)
 /* Value v of super-block b of row r as the integers the format holds: its unsigned u, its scale,
  * its run's mv (the min of its 32 for Q4_K, 32 * its scale for Q6_K) and the steps d, dmin (dmin =
  * d for Q6_K); the value is d * sc * u - dmin * mv (Q4_K) or d * sc * (u - 32) (Q6_K). */
-static void kval(const td_mat_t *W, int64_t r, int64_t b, int v, int *u, int *sc, int *mv,
-                 float *d, float *dmin)
+static void kval(const td_mat_t *W, int64_t r, int64_t b, int v, int *u, int *sc, int *mv, float *d,
+                 float *dmin)
 {
     const size_t rb = td_dtype_row_bytes(W->dtype, W->cols);
     const uint8_t *row = (const uint8_t *)W->data + (size_t)r * rb;
@@ -288,7 +308,7 @@ static void kval(const td_mat_t *W, int64_t r, int64_t b, int v, int *u, int *sc
     *d = *dmin = f16_to_f32(h);
     int half = v / 128, w = v % 128, quarter = w / 32, l = w % 32;
     const uint8_t *ql = blk + 64 * half, *qh = blk + 128 + 32 * half;
-    int lo = quarter == 0 ? ql[l] & 0xf
+    int lo = quarter == 0   ? ql[l] & 0xf
              : quarter == 1 ? ql[32 + l] & 0xf
              : quarter == 2 ? ql[l] >> 4
                             : ql[32 + l] >> 4;
@@ -298,8 +318,10 @@ static void kval(const td_mat_t *W, int64_t r, int64_t b, int v, int *u, int *sc
 }
 
 /* The model of cpu_qk.c's numerics: out[t * out_ld + r]. */
-static void kmodel(const td_mat_t *W, const float *x, int x_ld, int T, float *out, int out_ld)
+static void kmodel(const td_mat_t *W, const float *x, int x_ld, int T, float *out, int out_ld,
+                   int level)
 {
+    (void)level; /* the same numerics at every level */
     const int64_t n = W->cols, nsb = n / 256;
     int8_t *q = malloc((size_t)n);
     float *dx = malloc((size_t)nsb * sizeof(float));
@@ -334,9 +356,9 @@ static void kmodel(const td_mat_t *W, const float *x, int x_ld, int T, float *ou
                     acc[l] = acc[l] + dd * (float)A[l];
                 accm = accm + dm * (float)B;
             }
-            out[(size_t)t * out_ld + r] =
-                (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) -
-                accm;
+            out[(size_t)t * out_ld + r] = (((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                                           ((acc[4] + acc[5]) + (acc[6] + acc[7]))) -
+                                          accm;
         }
     }
     free(q);
@@ -345,7 +367,6 @@ static void kmodel(const td_mat_t *W, const float *x, int x_ld, int T, float *ou
 
 START_TEST(test_qk_numerics)
 {
-    const int top = td__cpu_isa();
     td_rng_seed(&rng, 23);
     const td_dtype_t dts[] = {TD_DTYPE_Q4_K, TD_DTYPE_Q6_K};
     const int64_t shapes[][2] = {{13, 256}, {9, 768}, {6, 2048}};
@@ -363,53 +384,14 @@ START_TEST(test_qk_numerics)
                 float want = W.dtype == TD_DTYPE_Q4_K ? d * (float)sc * (float)u - dmin * (float)mv
                                                       : d * (float)sc * (float)(u - 32);
                 ck_assert_msg(fabsf(row[c] - want) <= 1e-6f * fmaxf(1.0f, fabsf(want)),
-                              "%s value %lld,%d: %g, the test's decoding %g", td_dtype_name(W.dtype),
-                              (long long)r, c, row[c], want);
+                              "%s value %lld,%d: %g, the test's decoding %g",
+                              td_dtype_name(W.dtype), (long long)r, c, row[c], want);
             }
         }
         free((void *)W.data);
     }
-    int compared = 0;
-    for (int level = TD_CPU_ISA_GENERIC; level <= top; level++) {
-        td__cpu_isa_cap(level);
-        for (int threads = 1; threads <= 2; threads++) {
-            td_backend_t *b = td_cpu_backend_create(threads);
-            ck_assert_ptr_nonnull(b);
-            for (size_t di = 0; di < 2; di++)
-                for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
-                    td_mat_t W = rand_kmat(dts[di], shapes[si][0], shapes[si][1]);
-                    for (size_t ti = 0; ti < sizeof(Ts) / sizeof(Ts[0]); ti++) {
-                        const int T = Ts[ti], x_ld = (int)W.cols + 3, out_ld = (int)W.rows + 2;
-                        float *x = malloc(sizeof(float) * (size_t)T * x_ld);
-                        for (int i = 0; i < T * x_ld; i++)
-                            x[i] = frand() * (i % 97 == 5 ? 40.0f : 1.0f);
-                        if (W.cols >= 512) /* an all-zero super-block */
-                            memset(x + 256, 0, 256 * sizeof(float));
-                        size_t no = (size_t)T * out_ld;
-                        float *got = calloc(no, sizeof(float)), *want = calloc(no, sizeof(float));
-                        b->matmul(b, got, out_ld, x, x_ld, T, &W);
-                        kmodel(&W, x, x_ld, T, want, out_ld);
-                        for (int t = 0; t < T; t++)
-                            for (int64_t r = 0; r < W.rows; r++) {
-                                size_t i = (size_t)t * out_ld + r;
-                                if (memcmp(&got[i], &want[i], sizeof(float)))
-                                    ck_abort_msg(
-                                        "%s %lldx%lld level %d threads %d T=%d: out[%d][%lld] "
-                                        "%.9g, the model %.9g",
-                                        td_dtype_name(W.dtype), (long long)W.rows,
-                                        (long long)W.cols, level, threads, T, t, (long long)r,
-                                        got[i], want[i]);
-                                compared++;
-                            }
-                        free(x), free(got), free(want);
-                    }
-                    free((void *)W.data);
-                }
-            b->destroy(b);
-        }
-    }
-    td__cpu_isa_cap(TD_CPU_ISA_AVX512);
-    ck_assert_int_gt(compared, 0);
+    check_levels("test_qk_numerics", dts, 2, shapes, sizeof(shapes) / sizeof(shapes[0]), Ts,
+                 sizeof(Ts) / sizeof(Ts[0]), rand_kmat, kmodel, 256);
 }
 END_TEST
 
