@@ -187,6 +187,7 @@ static float dot_generic(td_dtype_t t, const uint8_t *row, const int8_t *q, cons
 
 #define K __attribute__((target("avx2,fma,f16c")))
 #define KI __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+#define K512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 /* A super-block of a row laid out once for the prefill tiles, which then read it for every
  * token: its values (value order), the scale of each pair of values, the runs' mv, d and dmin. */
@@ -352,6 +353,48 @@ KI void q6k_sb(const uint8_t *blk, const int8_t *q, const int16_t *bs, __m256i *
     *A = acc;
 }
 
+/* One Q4_K row against one token with 512-bit registers: a register holds two groups of 32
+ * (a 32-byte run of nibbles broadcast to both halves, shifted by 0 and 4), the scales picked
+ * with vpermw; the two halves' lanes folded into the same eight integers as q4k_sb's. */
+K512 static float dot_q4k_512(const uint8_t *row, const int8_t *q, const float *dx,
+                              const int16_t *bs, int64_t nsb)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m512i pick[4];
+    for (int i = 0; i < 4; i++)
+        pick[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * i))),
+                                     _mm256_set1_epi16((short)(2 * i + 1)), 1);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t b = 0; b < nsb; b++, q += QKK, bs += 16) {
+        const uint8_t *blk = row + b * 144;
+        uint32_t w[4];
+        k4_scales(blk + 4, w);
+        const __m128i s8 = _mm_loadu_si128((const __m128i *)w);
+        const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(s8)); /* sc0..7 */
+        const __m256i mv = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
+            s8, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
+        const int32_t B = hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bs), mv));
+        __m512i sum = _mm512_setzero_si512();
+        for (int i = 0; i < 4; i++) {
+            const __m512i v =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * i)));
+            const __m512i u = _mm512_and_si512(_mm512_srlv_epi16(v, shift), m4);
+            const __m512i p = _mm512_maddubs_epi16(u, _mm512_loadu_si512(q + 64 * i));
+            sum =
+                _mm512_add_epi32(sum, _mm512_madd_epi16(p, _mm512_permutexvar_epi16(pick[i], sc)));
+        }
+        const __m256i A =
+            _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+        uint16_t h[2];
+        memcpy(h, blk, 4);
+        acc = lanes_add(acc, dx[b] * _cvtsh_ss(h[0]), A);
+        accm = accm + (dx[b] * _cvtsh_ss(h[1])) * (float)B;
+    }
+    return finish_v(acc, accm);
+}
+
 /* One row against one token: every super-block in column order. */
 K static float dot_qk(td_dtype_t t, const uint8_t *row, const int8_t *q, const float *dx,
                       const int16_t *bs, int64_t nsb)
@@ -429,7 +472,6 @@ QK_TILE(tile_avx2, K, {
     A = s;
 })
 
-#define K512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 QK_TILE(tile_avx512, K512, {
     __m512i s = _mm512_setzero_si512();
     for (int g = 0; g < 4; g++) {
@@ -551,11 +593,14 @@ void td__cpu_qk_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_qk_act_
         return;
     }
     if (td__cpu_fma()) {
+        const bool k512 = W->dtype == TD_DTYPE_Q4_K && td__cpu_isa() >= TD_CPU_ISA_AVX512;
         for (int64_t r = r0; r < r1; r++) {
             const uint8_t *row = data + (size_t)r * rb;
             for (int64_t t = 0; t < T; t++)
                 out[t * out_ld + r] =
-                    dot_qk(W->dtype, row, a->q + t * n, a->d + t * nsb, a->bs + t * (n / 16), nsb);
+                    k512 ? dot_q4k_512(row, a->q + t * n, a->d + t * nsb, a->bs + t * (n / 16), nsb)
+                         : dot_qk(W->dtype, row, a->q + t * n, a->d + t * nsb, a->bs + t * (n / 16),
+                                  nsb);
         }
         return;
     }
