@@ -1,14 +1,10 @@
-/* pool.c: the CPU backend's thread pool. Workers wait for each job generation; the job's items
- * are handed out in chunks from one atomic counter, each thread taking the next chunk when it is
- * done with its last, the caller's thread as well. A worker that wakes after the caller has run
- * out of chunks does nothing, and the caller does not wait for it: on a contended core a thread
- * that is late (or preempted between chunks) costs the job at most the chunk it holds, not its
- * share of the job. The caller never spins: with no chunk left it sleeps on its own condition
- * variable until the workers in the job are done. A worker that has finished a job watches for
- * the next one for SPIN_NS before it sleeps on the condition variable: a decode step is a run of
- * matmuls of tens of microseconds each, about what waking a sleeping thread takes, so a worker
- * that slept between them joined almost none (BENCHMARKS.md). The watch holds no chunk and
- * blocks nobody; on a contended core it costs the other process at most that window per job. */
+/* pool.c: the CPU backend's thread pool. Workers sleep on a condition variable and wake for each
+ * job generation; the job's items are handed out in chunks from one atomic counter, each thread
+ * taking the next chunk when it is done with its last, the caller's thread as well. A worker
+ * that wakes after the caller has run out of chunks does nothing, and the caller does not wait
+ * for it: on a contended core a thread that is late (or preempted between chunks) costs the job
+ * at most the chunk it holds, not its share of the job. Nobody spins: a thread with no chunk left
+ * sleeps, the caller on its own condition variable until the workers in the job are done. */
 #include "cpu_impl.h"
 #include "td_util.h"
 
@@ -16,9 +12,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
-#include <time.h>
-
-#define SPIN_NS 100000 /* how long a worker watches for the next job before it sleeps */
 
 struct td_cpu_pool {
     int n;         /* threads including the caller */
@@ -26,7 +19,6 @@ struct td_cpu_pool {
     pthread_mutex_t mu;
     pthread_cond_t start, done;
     uint64_t gen; /* job generation: workers look at each job once */
-    _Atomic uint64_t gen_seen; /* gen, for the workers' watch without the mutex */
     bool open;    /* the caller is still handing out the job's chunks: a worker may join */
     int active;   /* workers that joined the job and have not finished */
     bool stop;
@@ -51,28 +43,6 @@ static void run_chunks(td_cpu_pool_t *p, int tid)
     }
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Watch for a job after generation `seen` for up to SPIN_NS (the mutex not held). */
-static void watch(td_cpu_pool_t *p, uint64_t seen)
-{
-    const uint64_t until = now_ns() + SPIN_NS;
-    for (int i = 1;; i++) {
-        if (atomic_load_explicit(&p->gen_seen, memory_order_acquire) != seen)
-            return;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-        if (i % 64 == 0 && now_ns() > until)
-            return;
-    }
-}
-
 static void *worker(void *arg)
 {
     worker_arg_t wa = *(worker_arg_t *)arg;
@@ -81,11 +51,6 @@ static void *worker(void *arg)
     uint64_t seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        if (!p->stop && p->gen == seen && seen) { /* after a job: watch a while before sleeping */
-            pthread_mutex_unlock(&p->mu);
-            watch(p, seen);
-            pthread_mutex_lock(&p->mu);
-        }
         while (!p->stop && p->gen == seen)
             pthread_cond_wait(&p->start, &p->mu);
         if (p->stop)
@@ -114,7 +79,6 @@ td_cpu_pool_t *td_cpu_pool_create(int n_threads)
     pthread_cond_init(&p->start, NULL);
     pthread_cond_init(&p->done, NULL);
     atomic_init(&p->next, 0);
-    atomic_init(&p->gen_seen, 0);
     p->th = td_calloc((size_t)p->n, sizeof(pthread_t));
     if (!p->th)
         goto err;
@@ -180,7 +144,6 @@ void td_cpu_pool_run(td_cpu_pool_t *p, int64_t n, int64_t grain, td_cpu_job_fn f
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     p->open = true;
     p->gen++;
-    atomic_store_explicit(&p->gen_seen, p->gen, memory_order_release);
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
     run_chunks(p, 0);
