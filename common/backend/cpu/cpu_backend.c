@@ -20,8 +20,8 @@ typedef struct cpu {
     float **scratch; /* [n_threads][SCRATCH_FLOATS] */
     int n_threads;
     bool f32_act; /* Q8_0, Q4_0, Q4_K and Q6_K weights against fp32 activations (td_cpu_opts_t) */
-    void *xq;     /* [XQ_BYTES]: a group of tokens' steps (floats), their int8 values, then where
-                     wide the prefill tiles' copy (td_q8_act_t) */
+    void *xq;     /* [XQ_BYTES]: a group of tokens' 8-bit activations: td_q8_act_t (steps, int8
+                     values, then where wide the prefill tiles' copy) or td_qk_act_t */
     /* [xp_floats], 64-byte aligned: the AVX-512 tiles' copy of a block of tokens (mm_pack) */
     float *xp;
     size_t xp_floats;

@@ -428,59 +428,43 @@ KI __m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3)
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-/* The prefill tile: R <= 4 rows (laid out, k[i][b]) against token t, every super-block in column
- * order; out[i]. The 512-bit form takes two groups of 32 values a register and folds its halves
- * into the same eight lanes. */
-#define QK_TILE(NAME, ATTR, GROUP_SUMS)                                                            \
-    ATTR static void NAME(const kblk_t *const *k, int R, const int8_t *x, const float *dx,         \
-                          const int16_t *bs, int64_t nsb, float out[4])                            \
-    {                                                                                              \
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),            \
-                         _mm256_setzero_ps()};                                                     \
-        __m128 accm = _mm_setzero_ps();                                                            \
-        for (int64_t b = 0; b < nsb; b++, x += QKK, bs += 16) {                                    \
-            __m256i Bv[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),                       \
-                             _mm256_setzero_si256(), _mm256_setzero_si256()};                      \
-            const __m256i bsv = _mm256_load_si256((const __m256i *)bs);                            \
-            float dm[4] = {0, 0, 0, 0};                                                            \
-            for (int i = 0; i < R; i++) {                                                          \
-                const kblk_t *kb = &k[i][b];                                                       \
-                __m256i A;                                                                         \
-                GROUP_SUMS                                                                         \
-                acc[i] = lanes_add(acc[i], dx[b] * kb->d, A);                                      \
-                Bv[i] = _mm256_madd_epi16(bsv, _mm256_load_si256((const __m256i *)kb->mv));        \
-                dm[i] = dx[b] * kb->dmin;                                                          \
-            }                                                                                      \
-            accm = _mm_add_ps(accm,                                                                \
-                              _mm_mul_ps(_mm_loadu_ps(dm),                                         \
-                                         _mm_cvtepi32_ps(hsum4_i32(Bv[0], Bv[1], Bv[2], Bv[3])))); \
-        }                                                                                          \
-        float m[4];                                                                                \
-        _mm_storeu_ps(m, accm);                                                                    \
-        for (int i = 0; i < R; i++)                                                                \
-            out[i] = finish_v(acc[i], m[i]);                                                       \
+/* The prefill tile, one token: R <= 4 rows (laid out, k[i][b]) against token x, every
+ * super-block in column order; out[i]. With AVX-512 it takes only an odd count's last token. */
+K static void tile_avx2(const kblk_t *const *k, int R, const int8_t *x, const float *dx,
+                        const int16_t *bs, int64_t nsb, float out[4])
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++, x += QKK, bs += 16) {
+        __m256i Bv[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                         _mm256_setzero_si256()};
+        const __m256i bsv = _mm256_load_si256((const __m256i *)bs);
+        float dm[4] = {0, 0, 0, 0};
+        for (int i = 0; i < R; i++) {
+            const kblk_t *kb = &k[i][b];
+            __m256i A = _mm256_setzero_si256();
+            for (int g = 0; g < 8; g++) {
+                const __m256i p =
+                    _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(kb->u + 32 * g)),
+                                         _mm256_load_si256((const __m256i *)(x + 32 * g)));
+                A = _mm256_add_epi32(
+                    A,
+                    _mm256_madd_epi16(p, _mm256_load_si256((const __m256i *)(kb->s16 + 16 * g))));
+            }
+            acc[i] = lanes_add(acc[i], dx[b] * kb->d, A);
+            Bv[i] = _mm256_madd_epi16(bsv, _mm256_load_si256((const __m256i *)kb->mv));
+            dm[i] = dx[b] * kb->dmin;
+        }
+        accm = _mm_add_ps(accm, _mm_mul_ps(_mm_loadu_ps(dm),
+                                           _mm_cvtepi32_ps(hsum4_i32(Bv[0], Bv[1], Bv[2], Bv[3]))));
     }
+    float m[4];
+    _mm_storeu_ps(m, accm);
+    for (int i = 0; i < R; i++)
+        out[i] = finish_v(acc[i], m[i]);
+}
 
-QK_TILE(tile_avx2, K, {
-    __m256i s = _mm256_setzero_si256();
-    for (int g = 0; g < 8; g++) {
-        const __m256i p = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(kb->u + 32 * g)),
-                                               _mm256_load_si256((const __m256i *)(x + 32 * g)));
-        s = _mm256_add_epi32(
-            s, _mm256_madd_epi16(p, _mm256_load_si256((const __m256i *)(kb->s16 + 16 * g))));
-    }
-    A = s;
-})
-
-QK_TILE(tile_avx512, K512, {
-    __m512i s = _mm512_setzero_si512();
-    for (int g = 0; g < 4; g++) {
-        const __m512i p =
-            _mm512_maddubs_epi16(_mm512_load_si512(kb->u + 64 * g), _mm512_load_si512(x + 64 * g));
-        s = _mm512_add_epi32(s, _mm512_madd_epi16(p, _mm512_load_si512(kb->s16 + 32 * g)));
-    }
-    A = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
-})
 /* AVX-512, two tokens at a time: four rows (a short group repeats its last row) against tokens
  * x[0] and x[1], each row's values and scales loaded once for both; kd[b] holds the four rows'
  * d then dmin for super-block b. out[token][row]. */
@@ -552,9 +536,6 @@ void td__cpu_qk_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_qk_act_
     if (td__cpu_fma() && T >= 4 &&
         4 * (size_t)nsb * sizeof(kblk_t) + (size_t)nsb * sizeof(*kd) + 63 <= scratch_bytes) {
         /* four rows at a time laid out once, then against every token */
-        void (*tile)(const kblk_t *const *, int, const int8_t *, const float *, const int16_t *,
-                     int64_t, float *) =
-            td__cpu_isa() >= TD_CPU_ISA_AVX512 ? tile_avx512 : tile_avx2;
         for (int64_t r = r0; r < r1; r += 4) {
             const int R = (int)TD_MIN(4, r1 - r);
             const kblk_t *k[4];
@@ -585,7 +566,7 @@ void td__cpu_qk_rows(const td_mat_t *W, int64_t r0, int64_t r1, const td_qk_act_
                 }
             for (; t < T; t++) {
                 float o[4];
-                tile(k, R, a->q + t * n, a->d + t * nsb, a->bs + t * (n / 16), nsb, o);
+                tile_avx2(k, R, a->q + t * n, a->d + t * nsb, a->bs + t * (n / 16), nsb, o);
                 for (int i = 0; i < R; i++)
                     out[t * out_ld + r + i] = o[i];
             }
