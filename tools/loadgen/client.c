@@ -198,7 +198,13 @@ static void update_poll(conn_t *c)
 
 /* When the bytes just read reached this host: the kernel's receive timestamp (SO_TIMESTAMPING,
  * software RX, CLOCK_REALTIME) carried to CLOCK_MONOTONIC through "how long ago", so that time
- * the harness's own loop spent before reading does not count; `now` when there is none. */
+ * the harness's own loop spent before reading does not count; `now` when there is none.
+ * "How long ago" is taken against a CLOCK_REALTIME reading bracketed by two monotonic ones, at
+ * their midpoint: a thread preempted between the two clocks would otherwise move the arrival by
+ * the time it lost (a TTFT below the server's own). A bracket wider than RX_BRACKET_NS is read
+ * again, and after a few tries the read's own time `now` is used. */
+enum { RX_BRACKET_NS = 20000, RX_TRIES = 4 };
+
 static uint64_t rx_time(struct msghdr *m, uint64_t now)
 {
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(m); cm; cm = CMSG_NXTHDR(m, cm)) {
@@ -208,12 +214,20 @@ static uint64_t rx_time(struct msghdr *m, uint64_t now)
         memcpy(ts, CMSG_DATA(cm), sizeof(ts));
         if (ts[0].tv_sec == 0 && ts[0].tv_nsec == 0)
             return now;
-        clock_gettime(CLOCK_REALTIME, &rt);
-        int64_t ago = (int64_t)(rt.tv_sec - ts[0].tv_sec) * 1000000000LL +
-                      (int64_t)(rt.tv_nsec - ts[0].tv_nsec);
-        if (ago <= 0)
-            return now;
-        return (uint64_t)ago < now ? now - (uint64_t)ago : now;
+        for (int i = 0; i < RX_TRIES; i++) {
+            uint64_t t1 = td_now_ns();
+            clock_gettime(CLOCK_REALTIME, &rt);
+            uint64_t t2 = td_now_ns();
+            if (t2 - t1 > RX_BRACKET_NS)
+                continue;
+            int64_t ago = (int64_t)(rt.tv_sec - ts[0].tv_sec) * 1000000000LL +
+                          (int64_t)(rt.tv_nsec - ts[0].tv_nsec);
+            uint64_t mid = t1 + (t2 - t1) / 2;
+            if (ago <= 0 || (uint64_t)ago >= mid)
+                return now;
+            return TD_MIN(mid - (uint64_t)ago, now);
+        }
+        return now;
     }
     return now;
 }
