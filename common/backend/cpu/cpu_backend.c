@@ -1,6 +1,7 @@
 /* cpu_backend.c: the CPU reference backend: fp32 math, weights dequantised row by row on the fly,
- * matmuls split over output rows and attention split over (token, head) pairs across a small
- * pthread pool. Kernels are plain loops over GCC vector types the compiler maps to SIMD. */
+ * matmuls split over output rows and attention over (token, group of heads that read the same
+ * keys) across a small pthread pool. Kernels are plain loops over GCC vector types the compiler
+ * maps to SIMD. */
 #include "cpu_impl.h"
 #include "td_backend.h"
 #include "td_error.h"
@@ -43,7 +44,9 @@ static inline float hsum8(v8f v)
     return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-TD_CPU_KERNEL float td__cpu_dot(const float *a, const float *b, int64_t n)
+/* The dot product attention's scores use (td__cpu_dot), inlined into its kernels: two 8-lane
+ * accumulators over 16-value steps, one 8-value step, the fixed lane tree, then the tail. */
+__attribute__((always_inline)) static inline float dot_in(const float *a, const float *b, int64_t n)
 {
     v8f s0 = {0}, s1 = {0};
     int64_t i = 0;
@@ -57,6 +60,11 @@ TD_CPU_KERNEL float td__cpu_dot(const float *a, const float *b, int64_t n)
     for (; i < n; i++)
         s += a[i] * b[i];
     return s;
+}
+
+TD_CPU_KERNEL float td__cpu_dot(const float *a, const float *b, int64_t n)
+{
+    return dot_in(a, b, n);
 }
 
 /* Matmul kernels. Every output (row r, token t) is summed in the same order whichever kernel
@@ -131,10 +139,16 @@ TD_CPU_KERNEL static float kern_1x1(const float *w, const float *x, int64_t n)
     return finish(a, w, x, i, n);
 }
 
-TD_CPU_KERNEL static void axpy(float *y, float a, const float *x, int64_t n)
+__attribute__((always_inline)) static inline void axpy_in(float *y, float a, const float *x,
+                                                          int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * x[i];
+}
+
+TD_CPU_KERNEL static void axpy(float *y, float a, const float *x, int64_t n)
+{
+    axpy_in(y, a, x, n);
 }
 
 /* ---------- matmul ---------- */
@@ -563,8 +577,8 @@ typedef struct attn_job {
 } attn_job_t;
 
 /* Online softmax: fold score s with value row v (n values) into (m, l, acc). */
-TD_CPU_KERNEL static void softmax_fold(float s, const float *v, int n, float *m, float *l,
-                                       float *acc)
+__attribute__((always_inline)) static inline void softmax_fold(float s, const float *v, int n,
+                                                               float *m, float *l, float *acc)
 {
     if (s > *m) {
         float corr = expf(*m - s); /* 0 on the first token (m = -inf) */
@@ -574,9 +588,42 @@ TD_CPU_KERNEL static void softmax_fold(float s, const float *v, int n, float *m,
         *m = s;
     } else {
         float w = expf(s - *m);
-        axpy(acc, w, v, n);
+        axpy_in(acc, w, v, n);
         *l += w;
     }
+}
+
+/* Heads that attend over the same keys are folded together, position by position: each key and
+ * value row is read once for all of them while it is in L1, not once per head. Up to
+ * ATTN_HEADS heads and ATTN_ACC floats of accumulators at a time. Each head's own sums are
+ * the same operations in the same order as one head alone, so grouping changes no bit. */
+enum { ATTN_HEADS = 8, ATTN_ACC = 8192 };
+
+static int attn_heads_at_once(int heads, int width)
+{
+    return TD_MAX(1, TD_MIN(TD_MIN(heads, ATTN_HEADS), ATTN_ACC / width));
+}
+
+/* Heads h0..h0+g of token t: the g accumulators reset, folded over t's positions, divided out. */
+typedef struct attn_heads {
+    float m[ATTN_HEADS], l[ATTN_HEADS];
+    float acc[ATTN_ACC];
+} attn_heads_t;
+
+static inline void heads_reset(attn_heads_t *a, int g, int width)
+{
+    for (int i = 0; i < g; i++) {
+        a->m[i] = -INFINITY;
+        a->l[i] = 0;
+    }
+    memset(a->acc, 0, (size_t)g * (size_t)width * sizeof(float));
+}
+
+static inline void heads_out(const attn_heads_t *a, int g, int width, float *out, size_t head_ld)
+{
+    for (int i = 0; i < g; i++)
+        for (int d = 0; d < width; d++)
+            out[(size_t)i * head_ld + d] = a->acc[(size_t)i * width + d] / a->l[i];
 }
 
 /* Attention's (token, head) items in about eight chunks per thread: under a causal mask a later
@@ -586,26 +633,31 @@ static int64_t attn_grain(const cpu_t *c, int T, int n_heads)
     return grain(c, (int64_t)T * n_heads, 8, 1, 1);
 }
 
-static void gqa_items(void *arg, int64_t i0, int64_t i1, int tid)
+/* Items are (token, KV head): the query heads that share the KV head go together. */
+TD_CPU_KERNEL static void gqa_items(void *arg, int64_t i0, int64_t i1, int tid)
 {
     attn_job_t *j = arg;
     int B = j->pool->layout.block_size, hd = j->head_dim, group = j->n_heads / j->n_kv_heads;
-    float acc[MAX_HEAD];
+    int G = attn_heads_at_once(group, hd);
+    attn_heads_t a;
+    (void)tid;
     for (int64_t it = i0; it < i1; it++) {
-        int t = (int)(it / j->n_heads), h = (int)(it % j->n_heads), kvh = h / group;
-        const float *q = j->q + (size_t)t * j->q_ld + (size_t)h * hd;
+        int t = (int)(it / j->n_kv_heads), kvh = (int)(it % j->n_kv_heads);
         const td_attn_tok_t *tk = &j->toks[t];
-        float m = -INFINITY, l = 0;
-        memset(acc, 0, (size_t)hd * sizeof(float));
-        for (int p = tk->start; p <= tk->pos; p++) {
-            const float *kv = td_kv_slot(j->pool, tk->blocks[p / B], j->layer, p % B);
-            const float *k = kv + (size_t)kvh * hd;
-            const float *v = kv + (size_t)(j->n_kv_heads + kvh) * hd;
-            softmax_fold(td__cpu_dot(q, k, hd) * j->scale, v, hd, &m, &l, acc);
+        for (int h0 = kvh * group; h0 < (kvh + 1) * group; h0 += G) {
+            int g = TD_MIN(G, (kvh + 1) * group - h0);
+            const float *q = j->q + (size_t)t * j->q_ld + (size_t)h0 * hd;
+            heads_reset(&a, g, hd);
+            for (int p = tk->start; p <= tk->pos; p++) {
+                const float *kv = td_kv_slot(j->pool, tk->blocks[p / B], j->layer, p % B);
+                const float *k = kv + (size_t)kvh * hd;
+                const float *v = kv + (size_t)(j->n_kv_heads + kvh) * hd;
+                for (int i = 0; i < g; i++)
+                    softmax_fold(dot_in(q + (size_t)i * hd, k, hd) * j->scale, v, hd, &a.m[i],
+                                 &a.l[i], a.acc + (size_t)i * hd);
+            }
+            heads_out(&a, g, hd, j->out + (size_t)t * j->out_ld + (size_t)h0 * hd, (size_t)hd);
         }
-        float *o = j->out + (size_t)t * j->out_ld + (size_t)h * hd;
-        for (int d = 0; d < hd; d++)
-            o[d] = acc[d] / l;
     }
 }
 
@@ -617,29 +669,32 @@ static void cpu_attn_gqa(td_backend_t *b, float *out, int out_ld, const float *q
     TD_ASSERT(head_dim <= MAX_HEAD);
     attn_job_t j = {out,  out_ld, q,       q_ld,       NULL,     0, 0,    toks,
                     pool, layer,  n_heads, n_kv_heads, head_dim, 0, scale};
-    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, attn_grain(c, T, n_heads), gqa_items, &j);
+    td_cpu_pool_run(c->pool, (int64_t)T * n_kv_heads, attn_grain(c, T, n_kv_heads), gqa_items, &j);
 }
 
-static void mla_items(void *arg, int64_t i0, int64_t i1, int tid)
+/* Items are (token, a run of attn_heads_at_once heads): all heads share the one latent row. */
+TD_CPU_KERNEL static void mla_items(void *arg, int64_t i0, int64_t i1, int tid)
 {
     attn_job_t *j = arg;
     int B = j->pool->layout.block_size, r = j->head_dim; /* head_dim carries kv_rank */
-    float acc[MAX_HEAD];
+    int G = attn_heads_at_once(j->n_heads, r), runs = (j->n_heads + G - 1) / G;
+    attn_heads_t a;
+    (void)tid;
     for (int64_t it = i0; it < i1; it++) {
-        int t = (int)(it / j->n_heads), h = (int)(it % j->n_heads);
-        const float *ql = j->q + ((size_t)t * j->n_heads + h) * r;
-        const float *qp = j->q_pe + (size_t)t * j->q_pe_ld + (size_t)h * j->q_pe_head_ld;
+        int t = (int)(it / runs), h0 = (int)(it % runs) * G, g = TD_MIN(G, j->n_heads - h0);
+        const float *ql = j->q + ((size_t)t * j->n_heads + h0) * r;
+        const float *qp = j->q_pe + (size_t)t * j->q_pe_ld + (size_t)h0 * j->q_pe_head_ld;
         const td_attn_tok_t *tk = &j->toks[t];
-        float m = -INFINITY, l = 0;
-        memset(acc, 0, (size_t)r * sizeof(float));
+        heads_reset(&a, g, r);
         for (int p = tk->start; p <= tk->pos; p++) {
             const float *kv = td_kv_slot(j->pool, tk->blocks[p / B], j->layer, p % B);
-            float s = td__cpu_dot(ql, kv, r) + td__cpu_dot(qp, kv + r, j->rope_dim);
-            softmax_fold(s * j->scale, kv, r, &m, &l, acc);
+            for (int i = 0; i < g; i++) {
+                float s = dot_in(ql + (size_t)i * r, kv, r) +
+                          dot_in(qp + (size_t)i * j->q_pe_head_ld, kv + r, j->rope_dim);
+                softmax_fold(s * j->scale, kv, r, &a.m[i], &a.l[i], a.acc + (size_t)i * r);
+            }
         }
-        float *o = j->out + ((size_t)t * j->n_heads + h) * r;
-        for (int d = 0; d < r; d++)
-            o[d] = acc[d] / l;
+        heads_out(&a, g, r, j->out + ((size_t)t * j->n_heads + h0) * r, (size_t)r);
     }
 }
 
@@ -652,7 +707,9 @@ static void cpu_attn_mla(td_backend_t *b, float *out, const float *q_lat, const 
     TD_ASSERT(kv_rank <= MAX_HEAD);
     attn_job_t j = {out,  0,     q_lat,   0, q_pe,    q_pe_ld,  q_pe_head_ld, toks,
                     pool, layer, n_heads, 0, kv_rank, rope_dim, scale};
-    td_cpu_pool_run(c->pool, (int64_t)T * n_heads, attn_grain(c, T, n_heads), mla_items, &j);
+    int runs =
+        (n_heads + attn_heads_at_once(n_heads, kv_rank) - 1) / attn_heads_at_once(n_heads, kv_rank);
+    td_cpu_pool_run(c->pool, (int64_t)T * runs, attn_grain(c, T, runs), mla_items, &j);
 }
 
 /* ---------- lifecycle ---------- */

@@ -819,6 +819,90 @@ START_TEST(test_golden)
 }
 END_TEST
 
+/* One head's attention in double, straight from the pool: scores k . q * scale over positions
+ * start..pos, softmax, the weighted sum of v. k and v at koff / voff floats into a token's row. */
+static void naive_head(const td_kv_pool_t *pool, int layer, const td_attn_tok_t *tk, const float *q,
+                       const float *qpe, int d, int koff, int voff, int rope, float scale,
+                       double *out)
+{
+    int B = pool->layout.block_size, n = tk->pos - tk->start + 1;
+    double *s = malloc((size_t)n * sizeof(double)), mx = -INFINITY, l = 0;
+    for (int p = tk->start; p <= tk->pos; p++) {
+        const float *kv = td_kv_slot(pool, tk->blocks[p / B], layer, p % B);
+        double a = 0;
+        for (int i = 0; i < d; i++)
+            a += (double)q[i] * kv[koff + i];
+        for (int i = 0; i < rope; i++)
+            a += (double)qpe[i] * kv[d + i];
+        s[p - tk->start] = a * scale;
+        mx = fmax(mx, a * scale);
+    }
+    for (int i = 0; i < d; i++)
+        out[i] = 0;
+    for (int p = tk->start; p <= tk->pos; p++) {
+        const float *kv = td_kv_slot(pool, tk->blocks[p / B], layer, p % B);
+        double w = exp(s[p - tk->start] - mx);
+        l += w;
+        for (int i = 0; i < d; i++)
+            out[i] += w * kv[voff + i];
+    }
+    for (int i = 0; i < d; i++)
+        out[i] /= l;
+    free(s);
+}
+
+/* The CPU backend's attention takes the query heads that read the same keys together, a run of
+ * at most eight (fewer for wide heads) at a time: each head must still get its own attention.
+ * Against naive_head, at one and two threads, with groups of one, of 10 (8 + 2), of 8 heads of
+ * width 2048 (runs of 4), and MLA's 20 heads (8 + 8 + 4) and 3 of width 4096 (2 + 1). */
+START_TEST(test_attn_heads_alone)
+{
+    static const int gqa[][3] = {{6, 6, 64}, {20, 2, 64}, {8, 1, 2048}}; /* heads, kv, dim */
+    static const int mla[][3] = {{20, 512, 64}, {3, 4096, 16}};          /* heads, rank, rope */
+    for (int th = 1; th <= 2; th++) {
+        for (size_t k = 0; k < TD_ARRAY_LEN(gqa) + TD_ARRAY_LEN(mla); k++) {
+            bool is_mla = k >= TD_ARRAY_LEN(gqa);
+            const int *sh = is_mla ? mla[k - TD_ARRAY_LEN(gqa)] : gqa[k];
+            int nh = sh[0], d = sh[1], nkv = is_mla ? 1 : sh[1], rope = is_mla ? sh[2] : 0;
+            if (!is_mla)
+                d = sh[2], nkv = sh[1];
+            td_backend_t *ref = td_cpu_backend_create(1), *b = td_cpu_backend_create(th);
+            cache_fx_t f;
+            cache_fill(&f, ref, b, is_mla ? d + rope : 2 * nkv * d);
+            td_attn_tok_t q[64];
+            int T = query_toks(&f, q), qld = nh * d + 8, qk = 16 + rope;
+            float *qv = rand_vec((size_t)T * qld, 1), *qpe = rand_vec((size_t)T * nh * qk + 16, 1);
+            float *out = calloc((size_t)T * qld, sizeof(float)), scale = 0.6f / sqrtf((float)d);
+            if (is_mla)
+                b->attn_mla(b, out, qv, qpe + 16, nh * qk, qk, T, q, &f.pdut, 1, nh, d, rope,
+                            scale);
+            else
+                b->attn_gqa(b, out, qld, qv, qld, T, q, &f.pdut, 1, nh, nkv, d, scale);
+            double *want = malloc((size_t)d * sizeof(double)), worst = 0;
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < nh; h++) {
+                    int kvh = h / (nh / nkv);
+                    const float *qh = is_mla ? qv + ((size_t)t * nh + h) * d
+                                             : qv + (size_t)t * qld + (size_t)h * d;
+                    const float *o = is_mla ? out + ((size_t)t * nh + h) * d
+                                            : out + (size_t)t * qld + (size_t)h * d;
+                    naive_head(&f.pdut, 1, &q[t], qh, qpe + 16 + ((size_t)t * nh + h) * qk, d,
+                               is_mla ? 0 : kvh * d, is_mla ? 0 : (nkv + kvh) * d, rope, scale,
+                               want);
+                    for (int i = 0; i < d; i++)
+                        worst = fmax(worst, fabs(o[i] - want[i]));
+                }
+            ck_assert_msg(worst < 2e-5, "%s %d heads, %d kv, width %d, %d threads: off by %g",
+                          is_mla ? "mla" : "gqa", nh, nkv, d, th, worst);
+            free(want), free(out), free(qv), free(qpe);
+            cache_free(&f, b);
+            ref->destroy(ref);
+            b->destroy(b);
+        }
+    }
+}
+END_TEST
+
 int main(void)
 {
 #if TD_TEST_CUDA
@@ -849,6 +933,7 @@ int main(void)
     tcase_add_test(ops, test_tok_tables);
     tcase_add_test(ops, test_bf16_round);
     tcase_add_test(ops, test_cpu_token_invariant);
+    tcase_add_test(ops, test_attn_heads_alone);
     tcase_add_loop_test(eng, test_engine_tiny_models, 0, N_MODES);
     tcase_add_loop_test(eng, test_golden, 0, N_MODES);
     tcase_set_timeout(eng, 600);
