@@ -20,7 +20,9 @@
 # 4. prints, per format and thread count, the median over the rounds of each round's ratio tandem /
 #    llama.cpp (decode at batch 1, prefill) with their lowest and highest, the median tokens/s of
 #    each side, and the read bandwidth of the rounds with the rate tandem's decode read weights at
-#    (MB per step x tokens/s): on a shared machine one run's ratio moves by more than the gap;
+#    (MB per step x tokens/s) and llama.cpp's (the same bytes x its tokens/s), each also as a
+#    fraction of its round's bandwidth: where both are near 100% the step is bound by the memory,
+#    not by either engine; on a shared machine one run's ratio moves by more than the gap;
 #    and decode tokens per CPU second of each side (bench_engine's and llama.cpp's process CPU
 #    time over the decode steps), which leaves out the time spent waiting for a core: the steadier
 #    comparison under load at one thread (at two, llama.cpp's spin-waiting threads count as busy).
@@ -112,14 +114,17 @@ for t in "${threads[@]}"; do
       tc=$(cpus 'decode batch  1:' "$out"); lcc=$(cpus 'llama.cpp decode batch  1:' "$ref")
       vals+=$(awk -v a="$td" -v b="$lc" -v c="$tp" -v d="$lp" -v w="$bw" -v m="$mb" -v x="$tc" \
           -v y="$lcc" -v s="$decode" 'BEGIN {
-        printf "dr %.4f\npr %.4f\ntd %s\nlc %s\ntp %s\nlp %s\nbw %s\nwr %.2f\n", a / b, c / d, a, b, c, d, w, m * a / 1000
+        printf "dr %.4f\npr %.4f\ntd %s\nlc %s\ntp %s\nlp %s\nbw %s\nwr %.2f\nlr %.2f\n", a / b, c / d, a, b, c, d, w, m * a / 1000, m * b / 1000
+        if (w > 0) printf "wf %.4f\nlf %.4f\n", m * a / 1000 / w, m * b / 1000 / w
         if (x > 0 && y > 0) printf "tc %.2f\nlcc %.2f\ncr %.4f\n", s / x, s / y, y / x }')$'\n'
     done
     st=$(printf '%s' "$vals" | stats)
     summary+=("$(echo "$st" | awk -v t="$t" -v f="$f" -v n="$rounds" '{ md[$1] = $2; lo[$1] = $3; hi[$1] = $4 }
       END { printf "threads %s %-6s decode: tandem %.1f, llama.cpp %.1f tokens/s, %.2fx; prefill: tandem %.1f, llama.cpp %.1f tokens/s, %.2fx\n", t, f, md["td"], md["lc"], md["dr"], md["tp"], md["lp"], md["pr"]
-        printf "  %d round(s): decode %.2f-%.2fx, prefill %.2f-%.2fx; read bandwidth %.1f GB/s (%.1f-%.1f), tandem decode reads weights at %.1f GB/s",
-          n, lo["dr"], hi["dr"], lo["pr"], hi["pr"], md["bw"], lo["bw"], hi["bw"], md["wr"]
+        printf "  %d round(s): decode %.2f-%.2fx, prefill %.2f-%.2fx; read bandwidth %.1f GB/s (%.1f-%.1f)",
+          n, lo["dr"], hi["dr"], lo["pr"], hi["pr"], md["bw"], lo["bw"], hi["bw"]
+        printf "\n  decode reads the weights at: tandem %.1f GB/s, llama.cpp %.1f GB/s", md["wr"], md["lr"]
+        if ("wf" in md) printf " (of the round'"'"'s read bandwidth: tandem %.0f%%, llama.cpp %.0f%%, medians)", 100 * md["wf"], 100 * md["lf"]
         if ("cr" in md) printf "\n  decode per CPU second: tandem %.1f, llama.cpp %.1f tokens/s, %.2fx (%.2f-%.2f)", md["tc"], md["lcc"], md["cr"], lo["cr"], hi["cr"] }')")
   done
   "$bench" "$models/deepseek-tiny" --threads "$t" --prompt $prompt --decode "$tiny_decode" \
