@@ -6,6 +6,8 @@
 #ifndef TD_TEST_MODEL_FIXTURE_H
 #define TD_TEST_MODEL_FIXTURE_H
 
+#include "half_fixture.h"
+
 #include <check.h>
 #include <math.h>
 #include <stdbool.h>
@@ -239,10 +241,8 @@ static uint16_t fx_to_bf16(float *x)
 
 static uint16_t fx_to_f16(float *x)
 {
-    _Float16 h = (_Float16)*x;
-    *x = (float)h;
-    uint16_t b;
-    memcpy(&b, &h, 2);
+    uint16_t b = fx_f32_to_f16(*x);
+    *x = fx_f16_to_f32(b);
     return b;
 }
 

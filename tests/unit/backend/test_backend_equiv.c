@@ -16,6 +16,7 @@
 #include "equiv_fixture.h"
 #include "td_backend.h"
 #include "golden_fixture.h"
+#include "half_fixture.h"
 #include "td_check.h"
 #include "td_engine.h"
 #include "td_error.h"
@@ -59,11 +60,11 @@ static td_mat_t rand_mat(td_dtype_t dt, int64_t rows, int64_t cols)
                 uint16_t h = to_bf16(v);
                 memcpy(row + 2 * c, &h, 2);
             } else if (dt == TD_DTYPE_F16) {
-                _Float16 h = (_Float16)v;
+                uint16_t h = fx_f32_to_f16(v);
                 memcpy(row + 2 * c, &h, 2);
             } else if (dt == TD_DTYPE_Q8_0 && c % 32 == 0) {
                 uint8_t *blk = row + (c / 32) * 34;
-                _Float16 s = (_Float16)(0.25f / 127);
+                uint16_t s = fx_f32_to_f16(0.25f / 127);
                 memcpy(blk, &s, 2);
                 for (int j = 0; j < 32; j++)
                     blk[2 + j] = (uint8_t)(int8_t)(frand() * 127);

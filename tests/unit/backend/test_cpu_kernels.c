@@ -24,6 +24,7 @@
  * and an add per lane and for the sum, then the lanes' tree less the sum. Every level, 1 and 2
  * threads, token counts 1 to 33. */
 #include "../../../common/backend/cpu/cpu_impl.h"
+#include "half_fixture.h"
 #include "td_backend.h"
 #include "td_check.h"
 #include "td_rng.h"
@@ -49,17 +50,12 @@ static float frand(void) /* [-1, 1) */
 
 static float f16_to_f32(uint16_t h)
 {
-    _Float16 v;
-    memcpy(&v, &h, 2);
-    return (float)v;
+    return fx_f16_to_f32(h);
 }
 
 static uint16_t f32_to_f16(float f)
 {
-    _Float16 v = (_Float16)f;
-    uint16_t h;
-    memcpy(&h, &v, 2);
-    return h;
+    return fx_f32_to_f16(f);
 }
 
 /* A rows x cols Q8_0 or Q4_0 matrix of random blocks (some with the extreme values). */
