@@ -576,21 +576,111 @@ typedef struct attn_job {
     float scale;
 } attn_job_t;
 
-/* Online softmax: fold score s with value row v (n values) into (m, l, acc). */
-__attribute__((always_inline)) static inline void softmax_fold(float s, const float *v, int n,
-                                                               float *m, float *l, float *acc)
+/* Attention's softmax goes over a token's keys in blocks of ATTN_KEYS positions counted from its
+ * first key (tk->start): a block's scores, then their weights with one vector exp, folded into
+ * the running maximum m, sum l and accumulator acc:
+ *   m' = max(m, the block's scores); c = e^(m - m') (0 on the first block); p_j = e^(s_j - m');
+ *   acc = acc * c + p_0 v_0 + p_1 v_1 + ... in key order; l = l * c + (p_0 + ... + p_7) in hsum8's
+ *   tree.
+ * The blocks depend only on the token's first and last key, so its attention is the same bits
+ * whether it is prefilled among others, alone, in chunks, or decoded. */
+enum { ATTN_KEYS = 8 };
+
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+static inline v8f splat8(float x)
 {
-    if (s > *m) {
-        float corr = expf(*m - s); /* 0 on the first token (m = -inf) */
-        for (int d = 0; d < n; d++)
-            acc[d] = acc[d] * corr + v[d];
-        *l = *l * corr + 1.0f;
-        *m = s;
-    } else {
-        float w = expf(s - *m);
-        axpy_in(acc, w, v, n);
-        *l += w;
+    return (v8f){x, x, x, x, x, x, x, x};
+}
+
+/* e^x in each lane, for x <= 0 (softmax weights): 2^n e^r with n = x / ln 2 rounded to nearest,
+ * r = x - n ln 2 in two parts, e^r by Cephes' expf polynomial: under 1 ulp from the float
+ * exp (checked against double on every 7th float of [-87.33654, 0]). Below ln(FLT_MIN) =
+ * -87.33654 (and -inf) it gives 0. Plain vector operations, no fused multiply-add (-std=c11), so
+ * every build computes the same bits. */
+static inline v8f exp8(v8f x)
+{
+    const v8f lo = splat8(-87.33654f);
+    v8i under = x < lo;
+    x = (v8f)(((v8i)x & ~under) | ((v8i)lo & under));
+    v8f n = (x * splat8(1.44269504088896341f) + splat8(12582912.0f)) - splat8(12582912.0f);
+    v8f r = x - n * splat8(0.693359375f);
+    r = r - n * splat8(-2.12194440e-4f);
+    v8f y = splat8(1.9875691500e-4f);
+    y = y * r + splat8(1.3981999507e-3f);
+    y = y * r + splat8(8.3334519073e-3f);
+    y = y * r + splat8(4.1665795894e-2f);
+    y = y * r + splat8(1.6666665459e-1f);
+    y = y * r + splat8(5.0000001201e-1f);
+    y = y * (r * r) + r + splat8(1.0f);
+    v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
+    y = y * (v8f)e;
+    return (v8f)((v8i)y & ~under);
+}
+
+/* q . k[b] for the ATTN_KEYS key rows k[0..8) (n values each): lane b of the result. One 8-lane
+ * accumulator per key over 8-value steps, the eight reduced together in hsum8's tree
+ * ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), then the tail in order. */
+static inline v8f pair_sums(v8f a, v8f b)
+{
+    return __builtin_shufflevector(a, b, 0, 8, 2, 10, 4, 12, 6, 14) +
+           __builtin_shufflevector(a, b, 1, 9, 3, 11, 5, 13, 7, 15);
+}
+
+__attribute__((always_inline)) static inline v8f dots8(const float *q, const float *const *k,
+                                                       int64_t n)
+{
+    v8f a[ATTN_KEYS] = {{0}};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f x = load8(q + i);
+        for (int b = 0; b < ATTN_KEYS; b++)
+            a[b] += x * load8(k[b] + i);
     }
+    v8f x01 = pair_sums(a[0], a[1]), x23 = pair_sums(a[2], a[3]), x45 = pair_sums(a[4], a[5]),
+        x67 = pair_sums(a[6], a[7]);
+    v8f y03 = __builtin_shufflevector(x01, x23, 0, 1, 8, 9, 4, 5, 12, 13) +
+              __builtin_shufflevector(x01, x23, 2, 3, 10, 11, 6, 7, 14, 15);
+    v8f y47 = __builtin_shufflevector(x45, x67, 0, 1, 8, 9, 4, 5, 12, 13) +
+              __builtin_shufflevector(x45, x67, 2, 3, 10, 11, 6, 7, 14, 15);
+    v8f r = __builtin_shufflevector(y03, y47, 0, 1, 2, 3, 8, 9, 10, 11) +
+            __builtin_shufflevector(y03, y47, 4, 5, 6, 7, 12, 13, 14, 15);
+    for (; i < n; i++)
+        for (int b = 0; b < ATTN_KEYS; b++)
+            r[b] += q[i] * k[b][i];
+    return r;
+}
+
+/* Fold a block of nb keys (scores s[0..nb), already scaled; value rows v[0..8), those past nb
+ * any readable rows of finite values: their weight is 0) into one head's (m, l, acc[width]). */
+__attribute__((always_inline)) static inline void
+fold_block(v8f s, int nb, const float *const *v, int width, float *m, float *l, float *acc)
+{
+    float mx = *m;
+    for (int k = 0; k < nb; k++)
+        mx = s[k] > mx ? s[k] : mx;
+    v8f e = splat8(-INFINITY);
+    for (int k = 0; k < nb; k++)
+        e[k] = s[k] - mx;
+    v8f p = exp8(e), c8 = exp8(splat8(*m - mx)), pk[ATTN_KEYS];
+    float c = c8[0];
+    for (int k = 0; k < ATTN_KEYS; k++) /* p is +0 past nb: those keys add nothing */
+        pk[k] = splat8(p[k]);
+    int d = 0;
+    for (; d + 8 <= width; d += 8) {
+        v8f a = load8(acc + d) * c8;
+        for (int k = 0; k < ATTN_KEYS; k++)
+            a += pk[k] * load8(v[k] + d);
+        memcpy(acc + d, &a, sizeof(a));
+    }
+    for (; d < width; d++) {
+        float a = acc[d] * c;
+        for (int k = 0; k < ATTN_KEYS; k++)
+            a += p[k] * v[k][d];
+        acc[d] = a;
+    }
+    *l = *l * c + hsum8(p);
+    *m = mx;
 }
 
 /* Heads that attend over the same keys are folded together, position by position: each key and
@@ -648,13 +738,18 @@ TD_CPU_KERNEL static void gqa_items(void *arg, int64_t i0, int64_t i1, int tid)
             int g = TD_MIN(G, (kvh + 1) * group - h0);
             const float *q = j->q + (size_t)t * j->q_ld + (size_t)h0 * hd;
             heads_reset(&a, g, hd);
-            for (int p = tk->start; p <= tk->pos; p++) {
-                const float *kv = td_kv_slot(j->pool, tk->blocks[p / B], j->layer, p % B);
-                const float *k = kv + (size_t)kvh * hd;
-                const float *v = kv + (size_t)(j->n_kv_heads + kvh) * hd;
+            for (int p0 = tk->start; p0 <= tk->pos; p0 += ATTN_KEYS) {
+                int nb = TD_MIN(ATTN_KEYS, tk->pos + 1 - p0);
+                const float *k[ATTN_KEYS], *v[ATTN_KEYS];
+                for (int b = 0; b < ATTN_KEYS; b++) { /* past nb: the last key again, unused */
+                    int pb = p0 + TD_MIN(b, nb - 1);
+                    const float *kv = td_kv_slot(j->pool, tk->blocks[pb / B], j->layer, pb % B);
+                    k[b] = kv + (size_t)kvh * hd;
+                    v[b] = kv + (size_t)(j->n_kv_heads + kvh) * hd;
+                }
                 for (int i = 0; i < g; i++)
-                    softmax_fold(dot_in(q + (size_t)i * hd, k, hd) * j->scale, v, hd, &a.m[i],
-                                 &a.l[i], a.acc + (size_t)i * hd);
+                    fold_block(dots8(q + (size_t)i * hd, k, hd) * splat8(j->scale), nb, v, hd,
+                               &a.m[i], &a.l[i], a.acc + (size_t)i * hd);
             }
             heads_out(&a, g, hd, j->out + (size_t)t * j->out_ld + (size_t)h0 * hd, (size_t)hd);
         }
@@ -686,12 +781,19 @@ TD_CPU_KERNEL static void mla_items(void *arg, int64_t i0, int64_t i1, int tid)
         const float *qp = j->q_pe + (size_t)t * j->q_pe_ld + (size_t)h0 * j->q_pe_head_ld;
         const td_attn_tok_t *tk = &j->toks[t];
         heads_reset(&a, g, r);
-        for (int p = tk->start; p <= tk->pos; p++) {
-            const float *kv = td_kv_slot(j->pool, tk->blocks[p / B], j->layer, p % B);
+        for (int p0 = tk->start; p0 <= tk->pos; p0 += ATTN_KEYS) {
+            int nb = TD_MIN(ATTN_KEYS, tk->pos + 1 - p0);
+            const float *kv[ATTN_KEYS], *pe[ATTN_KEYS];
+            for (int b = 0; b < ATTN_KEYS; b++) { /* past nb: the last key again, unused */
+                int pb = p0 + TD_MIN(b, nb - 1);
+                kv[b] = td_kv_slot(j->pool, tk->blocks[pb / B], j->layer, pb % B);
+                pe[b] = kv[b] + r;
+            }
             for (int i = 0; i < g; i++) {
-                float s = dot_in(ql + (size_t)i * r, kv, r) +
-                          dot_in(qp + (size_t)i * j->q_pe_head_ld, kv + r, j->rope_dim);
-                softmax_fold(s * j->scale, kv, r, &a.m[i], &a.l[i], a.acc + (size_t)i * r);
+                v8f sc = (dots8(ql + (size_t)i * r, kv, r) +
+                          dots8(qp + (size_t)i * j->q_pe_head_ld, pe, j->rope_dim)) *
+                         splat8(j->scale);
+                fold_block(sc, nb, kv, r, &a.m[i], &a.l[i], a.acc + (size_t)i * r);
             }
         }
         heads_out(&a, g, r, j->out + ((size_t)t * j->n_heads + h0) * r, (size_t)r);

@@ -395,12 +395,12 @@ START_TEST(test_kv_layout)
     ck_assert(!td_kv_layout_match(&a, &c));
     ck_assert(!td_kv_layout_match(&a, &d));
     /* the fingerprint as documented (common/kv/td_kv.h): XXH3-128 of the model digest, u32le
-     * dtype, block size, layers, token floats and the numerics version (4: Q8_0 / Q4_0 against
-     * 8-bit activations a lane per block, Q4_K / Q6_K against 8-bit activations per 256 values), then u64le bytes per layer; a new version changes
-     * every fingerprint */
+     * dtype, block size, layers, token floats and the numerics version (5: attention's softmax
+     * in blocks of 8 keys with a vector exp; kv.c lists the versions), then u64le bytes per
+     * layer; a new version changes every fingerprint */
     uint8_t enc[44];
     memcpy(enc, a.model_digest, 16);
-    uint32_t f[5] = {(uint32_t)a.dtype, 16, (uint32_t)a.n_layers, (uint32_t)a.token_floats, 4};
+    uint32_t f[5] = {(uint32_t)a.dtype, 16, (uint32_t)a.n_layers, (uint32_t)a.token_floats, 5};
     for (int i = 0; i < 5; i++)
         for (int k = 0; k < 4; k++)
             enc[16 + 4 * i + k] = (uint8_t)(f[i] >> (8 * k));
