@@ -9,12 +9,12 @@
 #    ~100M-parameter llama (--preset bench) with a GGUF copy in that format, which both engines
 #    read (the same bytes);
 # 2. per thread count and format, ROUNDS rounds (default 3), each one run of bench_engine on the
-#    ~100M llama's GGUF (prefill tokens/s of a 128-token prompt in one step, after a 16-token
+#    ~100M llama's GGUF (prefill tokens/s of a PROMPT-token prompt, default 128, in one step, after a 16-token
 #    warm-up step on each side: the median of PREFILLS runs in the process on each side; decode tokens/s at batch 1 and 16, each as a fraction of the
 #    memory-bandwidth roofline: the bytes a step must read over the read bandwidth bench_engine
 #    measures at its start) and one run of llama.cpp
 #    (npm node-llama-cpp@3.21.1, prebuilt CPU build) on the same file with the same thread count
-#    (prefill of the same 128-token prompt, greedy decode at batch 1); the two alternate which goes
+#    (prefill of the same prompt, greedy decode at batch 1); the two alternate which goes
 #    first from round to round, so that a drift of the machine's speed falls on both;
 # 3. per thread count, bench_engine on the tiny DeepSeek-V3 (once);
 # 4. prints, per format and thread count, the median over the rounds of each round's ratio tandem /
@@ -30,7 +30,8 @@
 # node-llama-cpp comes from tests/node/node_modules (scripts/install-deps installs it there);
 # without it, it is installed on first use into bench/node/node_modules (the same pin).
 # TD_NLC_MODULES=DIR uses another node_modules folder. Build with -Dbuildtype=release for meaningful figures.
-# Environment: DECODE (decode steps on the ~100M model, default 64), TINY_DECODE (default 512),
+# Environment: PROMPT (prompt tokens, default 128; attention's share grows with it: users' prompts
+# run to thousands), DECODE (decode steps on the ~100M model, default 64), TINY_DECODE (default 512),
 # ROUNDS (rounds per thread count and format, default 3; 1 gives the old single run),
 # PREFILLS (prefills per run on each side, default 5, the median counts: one prefill's time moves
 # by a third from run to run on a shared machine; 1 gives the old single prefill),
@@ -46,7 +47,8 @@ decode=${DECODE:-64}
 tiny_decode=${TINY_DECODE:-512}
 rounds=${ROUNDS:-3}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "engine.sh: ROUNDS=$rounds: want a positive integer" >&2; exit 2; }
-prompt=128
+prompt=${PROMPT:-128}
+[[ $prompt =~ ^[0-9]+$ ]] && ((prompt >= 24)) || { echo "engine.sh: PROMPT=$prompt: want an integer >= 24" >&2; exit 2; }
 tandem=$build/tools/tandem
 bench=$build/bench/bench_engine
 for b in "$tandem" "$bench"; do
