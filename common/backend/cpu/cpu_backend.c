@@ -44,29 +44,6 @@ static inline float hsum8(v8f v)
     return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-/* The dot product attention's scores use (td__cpu_dot), inlined into its kernels: two 8-lane
- * accumulators over 16-value steps, one 8-value step, the fixed lane tree, then the tail. */
-__attribute__((always_inline)) static inline float dot_in(const float *a, const float *b, int64_t n)
-{
-    v8f s0 = {0}, s1 = {0};
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 += load8(a + i) * load8(b + i);
-        s1 += load8(a + i + 8) * load8(b + i + 8);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 += load8(a + i) * load8(b + i);
-    float s = hsum8(s0 + s1);
-    for (; i < n; i++)
-        s += a[i] * b[i];
-    return s;
-}
-
-TD_CPU_KERNEL float td__cpu_dot(const float *a, const float *b, int64_t n)
-{
-    return dot_in(a, b, n);
-}
-
 /* Matmul kernels. Every output (row r, token t) is summed in the same order whichever kernel
  * computes it: one 8-lane accumulator over 8-value steps, a fixed tree for the lanes, then the
  * scalar tail. So a token's result does not depend on which other tokens share its step (or how
@@ -139,16 +116,10 @@ TD_CPU_KERNEL static float kern_1x1(const float *w, const float *x, int64_t n)
     return finish(a, w, x, i, n);
 }
 
-__attribute__((always_inline)) static inline void axpy_in(float *y, float a, const float *x,
-                                                          int64_t n)
+TD_CPU_KERNEL static void axpy(float *y, float a, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * x[i];
-}
-
-TD_CPU_KERNEL static void axpy(float *y, float a, const float *x, int64_t n)
-{
-    axpy_in(y, a, x, n);
 }
 
 /* ---------- matmul ---------- */

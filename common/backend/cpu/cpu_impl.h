@@ -46,8 +46,6 @@ void td_cpu_pool_run(td_cpu_pool_t *p, int64_t n, int64_t grain, td_cpu_job_fn f
 struct td_backend;
 void td__cpu_mem_hooks(struct td_backend *b);
 
-float td__cpu_dot(const float *a, const float *b, int64_t n);
-
 /* Columns [c0, c0 + n) of row r of W as fp32 (cpu_dequant.c): a pointer into W's data for F32,
  * else buf[n] filled. c0 and n keep every block whole (multiples of 256 but for the row's end). */
 const float *td__cpu_row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, float *buf);
