@@ -287,15 +287,25 @@ static int64_t grain(const cpu_t *c, int64_t rows, int per, int64_t align, int64
     return (g + align - 1) / align * align;
 }
 
+/* Under four tokens, a product over fewer weight bytes than this runs on the caller's thread
+ * alone: waking another thread for it cost more than it saved. Measured here (Q8_0 ~100M llama,
+ * two threads, decode, 7 alternating rounds): its 0.6 MiB attention projections alone, the
+ * 1.9 MiB MLP and larger ones split, 1.00-1.27x (median 1.14x) the tokens/s of splitting every
+ * product (BENCHMARKS.md). The 8-bit formats only: F32 and F16 rows of the same shapes are 2-4x
+ * the bytes. */
+enum { SPLIT_BYTES = 1 << 20 };
+
 /* One group of Tg tokens: quantised, then the rows against them. */
 static void mma_run(cpu_t *c, mma_job_t *j, int64_t Tg)
 {
     td_cpu_pool_run(Tg < 8 ? NULL : c->pool, Tg, 0, mma_quant, j);
+    const bool alone =
+        Tg < 4 && (int64_t)td_dtype_row_bytes(j->W->dtype, j->W->cols) * j->W->rows < SPLIT_BYTES;
     int64_t work =
         j->W->rows * j->W->cols * Tg; /* small products are not worth waking the others */
     /* several chunks per thread, in the prefill tiles' groups of four rows (under four tokens,
      * one range per thread: its rows are one sequential stream the decode kernels read along) */
-    td_cpu_pool_run(work < 32768 ? NULL : c->pool, j->W->rows,
+    td_cpu_pool_run(work < 32768 || alone ? NULL : c->pool, j->W->rows,
                     Tg >= 4 ? grain(c, j->W->rows, 8, 4, 16) : 0, mma_rows, j);
 }
 
