@@ -697,18 +697,38 @@ static inline void heads_out(const attn_heads_t *a, int g, int width, float *out
             out[(size_t)i * head_ld + d] = a->acc[(size_t)i * width + d] / a->l[i];
 }
 
-/* Attention's (token, head) items in about eight chunks per thread: under a causal mask a later
- * token attends over more keys, so equal ranges would leave the last thread most of the work. */
+/* Attention's items (a token and a group of its heads) in about eight chunks per thread: under a
+ * causal mask a later token attends over more keys, so equal ranges would leave the last thread
+ * most of the work. */
 static int64_t attn_grain(const cpu_t *c, int T, int n_heads)
 {
     return grain(c, (int64_t)T * n_heads, 8, 1, 1);
+}
+
+/* The cache rows of token tk's keys p0 .. p0 + nb - 1 into row[0..ATTN_KEYS), the last one again
+ * past nb (fold_block gives those no weight). */
+static inline void block_rows(const attn_job_t *j, const td_attn_tok_t *tk, int p0, int nb,
+                              const float **row)
+{
+    int B = j->pool->layout.block_size;
+    for (int b = 0; b < ATTN_KEYS; b++) {
+        int p = p0 + TD_MIN(b, nb - 1);
+        row[b] = td_kv_slot(j->pool, tk->blocks[p / B], j->layer, p % B);
+    }
+}
+
+/* MLA's items per token: runs of attn_heads_at_once heads. */
+static int mla_runs(int n_heads, int kv_rank)
+{
+    int G = attn_heads_at_once(n_heads, kv_rank);
+    return (n_heads + G - 1) / G;
 }
 
 /* Items are (token, KV head): the query heads that share the KV head go together. */
 TD_CPU_KERNEL static void gqa_items(void *arg, int64_t i0, int64_t i1, int tid)
 {
     attn_job_t *j = arg;
-    int B = j->pool->layout.block_size, hd = j->head_dim, group = j->n_heads / j->n_kv_heads;
+    int hd = j->head_dim, group = j->n_heads / j->n_kv_heads;
     int G = attn_heads_at_once(group, hd);
     attn_heads_t a;
     (void)tid;
@@ -721,12 +741,11 @@ TD_CPU_KERNEL static void gqa_items(void *arg, int64_t i0, int64_t i1, int tid)
             heads_reset(&a, g, hd);
             for (int p0 = tk->start; p0 <= tk->pos; p0 += ATTN_KEYS) {
                 int nb = TD_MIN(ATTN_KEYS, tk->pos + 1 - p0);
-                const float *k[ATTN_KEYS], *v[ATTN_KEYS];
-                for (int b = 0; b < ATTN_KEYS; b++) { /* past nb: the last key again, unused */
-                    int pb = p0 + TD_MIN(b, nb - 1);
-                    const float *kv = td_kv_slot(j->pool, tk->blocks[pb / B], j->layer, pb % B);
-                    k[b] = kv + (size_t)kvh * hd;
-                    v[b] = kv + (size_t)(j->n_kv_heads + kvh) * hd;
+                const float *row[ATTN_KEYS], *k[ATTN_KEYS], *v[ATTN_KEYS];
+                block_rows(j, tk, p0, nb, row);
+                for (int b = 0; b < ATTN_KEYS; b++) {
+                    k[b] = row[b] + (size_t)kvh * hd;
+                    v[b] = row[b] + (size_t)(j->n_kv_heads + kvh) * hd;
                 }
                 for (int i = 0; i < g; i++)
                     fold_block(dots8(q + (size_t)i * hd, k, hd) * splat8(j->scale), nb, v, hd,
@@ -752,8 +771,8 @@ static void cpu_attn_gqa(td_backend_t *b, float *out, int out_ld, const float *q
 TD_CPU_KERNEL static void mla_items(void *arg, int64_t i0, int64_t i1, int tid)
 {
     attn_job_t *j = arg;
-    int B = j->pool->layout.block_size, r = j->head_dim; /* head_dim carries kv_rank */
-    int G = attn_heads_at_once(j->n_heads, r), runs = (j->n_heads + G - 1) / G;
+    int r = j->head_dim; /* head_dim carries kv_rank */
+    int G = attn_heads_at_once(j->n_heads, r), runs = mla_runs(j->n_heads, r);
     attn_heads_t a;
     (void)tid;
     for (int64_t it = i0; it < i1; it++) {
@@ -765,11 +784,9 @@ TD_CPU_KERNEL static void mla_items(void *arg, int64_t i0, int64_t i1, int tid)
         for (int p0 = tk->start; p0 <= tk->pos; p0 += ATTN_KEYS) {
             int nb = TD_MIN(ATTN_KEYS, tk->pos + 1 - p0);
             const float *kv[ATTN_KEYS], *pe[ATTN_KEYS];
-            for (int b = 0; b < ATTN_KEYS; b++) { /* past nb: the last key again, unused */
-                int pb = p0 + TD_MIN(b, nb - 1);
-                kv[b] = td_kv_slot(j->pool, tk->blocks[pb / B], j->layer, pb % B);
+            block_rows(j, tk, p0, nb, kv);
+            for (int b = 0; b < ATTN_KEYS; b++)
                 pe[b] = kv[b] + r;
-            }
             for (int i = 0; i < g; i++) {
                 v8f sc = (dots8(ql + (size_t)i * r, kv, r) +
                           dots8(qp + (size_t)i * j->q_pe_head_ld, pe, j->rope_dim)) *
@@ -790,8 +807,7 @@ static void cpu_attn_mla(td_backend_t *b, float *out, const float *q_lat, const 
     TD_ASSERT(kv_rank <= MAX_HEAD);
     attn_job_t j = {out,  0,     q_lat,   0, q_pe,    q_pe_ld,  q_pe_head_ld, toks,
                     pool, layer, n_heads, 0, kv_rank, rope_dim, scale};
-    int runs =
-        (n_heads + attn_heads_at_once(n_heads, kv_rank) - 1) / attn_heads_at_once(n_heads, kv_rank);
+    int runs = mla_runs(n_heads, kv_rank);
     td_cpu_pool_run(c->pool, (int64_t)T * runs, attn_grain(c, T, runs), mla_items, &j);
 }
 
