@@ -1,21 +1,133 @@
-/* http.c: HTTP/1.1 server on libh2o (libuv flavour): exact-path routes, whole bodies, inline and
- * streamed responses, OpenAI-style error bodies. */
+/* http.c: the HTTP/1.1 server on libuv: exact-path routes, whole bodies (sized or chunked),
+ * inline and streamed responses, OpenAI-style error bodies. Request heads and chunked bodies are
+ * parsed by picohttpparser (the parser inside libh2o); the connection handling is this file's.
+ *
+ * A connection is read all the time, also while its request is being handled: bytes of a
+ * pipelined request wait in its buffer, and a client that closes or resets is seen at once (its
+ * stream is cancelled, a watched request's owner told). Reading is never stopped and restarted per
+ * request, so a keep-alive request costs one read and one write system call and no epoll_ctl.
+ *
+ * Per connection, one request at a time:
+ *   HEAD     waiting for a request head (REQ_TIMEOUT_MS from the end of the previous response)
+ *   BODY     a Content-Length body arriving
+ *   CHUNKED  a chunked body arriving, decoded in place behind the head
+ *   HANDLING the request is with its handler: not answered yet, or streaming
+ *   LINGER   the last response written, the write side shut down; what the client still sends
+ *            is read and dropped until it closes (or LINGER_MS), so the response is not lost to
+ *            a reset caused by unread bytes
+ * Output gathered in one loop iteration leaves in one write: inline answers at the end of the
+ * read callback, everything else from one idle handle per server at the next iteration. */
 #include "td_http.h"
 #include "td_error.h"
 #include "td_log.h"
 #include "td_util.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <h2o.h>
 #include <json-c/json.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "td_rpc.h" /* td_rpc_addr_parse */
+
+/* picohttpparser, exported by libh2o (libh2o-dev ships no header for it). */
+struct phr_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+/* The decoder's fields as in every picohttpparser release; newer ones append counters, which
+ * `reserve` leaves room for. Zeroed before a body. */
+struct phr_chunked_decoder {
+    size_t bytes_left_in_chunk;
+    char consume_trailer;
+    char hex_count;
+    char state;
+    uint64_t reserve[4];
+};
+int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len,
+                      const char **path, size_t *path_len, int *minor_version,
+                      struct phr_header *headers, size_t *num_headers, size_t last_len);
+ssize_t phr_decode_chunked(struct phr_chunked_decoder *decoder, char *buf, size_t *bufsz);
+
+enum {
+    HEAD_MAX = 64 << 10,     /* bytes of a request head */
+    HEADERS_MAX = 100,       /* header lines of a request */
+    READ_ROOM = 16 << 10,    /* free bytes offered to each read at least */
+    KEEP_CAP = 256 << 10,    /* a buffer grown past this by a burst is released when emptied */
+    REQ_TIMEOUT_MS = 10000,  /* a request head, or a body's next bytes, must come within this */
+    LINGER_MS = 2000,        /* longest wait for the client's close after the last response */
+};
+
+enum { C_HEAD, C_BODY, C_CHUNKED, C_HANDLING, C_LINGER };
+
+typedef struct span {
+    uint32_t off, len;
+} span_t;
+
+struct td_http_req {
+    struct conn *c;
+    td_buf_t raw; /* the request's bytes: head, then the (decoded) body */
+    span_t method, path, query, hname[HEADERS_MAX], hval[HEADERS_MAX];
+    bool has_query;
+    size_t nh;
+    size_t body_off, body_len;
+    td_buf_t hdrs; /* response headers added by the handler, "name: value\r\n" each */
+    bool answered;
+    bool head_only; /* HEAD: the response goes without its body */
+    bool http10;
+    void (*on_gone)(void *ud); /* td_http_req_watch */
+    void *gone_ud;
+    bool gone_due; /* the client was gone when the watch began: told from the idle pass */
+};
+
+struct td_http_stream {
+    struct conn *c;
+    td_buf_t pending; /* bytes queued this iteration, unframed */
+    bool active;      /* started, its end not written yet */
+    bool ended;       /* td_http_stream_end called */
+    bool canceled;
+    bool chunked; /* HTTP/1.1: chunked framing; HTTP/1.0: raw bytes until the close */
+    void (*on_cancel)(td_http_stream_t *st, void *ud);
+    void *ud;
+};
+
+typedef struct conn {
+    uv_tcp_t tcp; /* must be first */
+    uv_timer_t timer;
+    uv_shutdown_t shut;
+    td_http_server_t *s;
+    struct conn *prev, *next;       /* the server's connections */
+    struct conn *dirty_next;        /* the server's `dirty` list */
+    int state;
+    int open;        /* libuv handles not closed yet */
+    int hold;        /* callbacks running that may answer: not freed under them */
+    bool dirty;      /* on the dirty list */
+    bool parsing;    /* in process_input: answers are written when it returns */
+    bool resume;     /* parse buffered input at the next idle pass */
+    bool closing;    /* handles being closed */
+    bool keep_alive; /* the current request allows another after it */
+    bool peer_eof;   /* the client closed (or reset) its side */
+    bool reading;
+    bool shut_done;
+    td_buf_t in;    /* bytes read and not yet given to a request */
+    size_t last_len; /* of `in`, seen by the last incomplete head parse */
+    size_t head_len; /* BODY, CHUNKED: the head's bytes at the front of `in` */
+    size_t body_len; /* BODY: Content-Length; CHUNKED: decoded so far (after the head) */
+    size_t raw_at;   /* CHUNKED: where the bytes not decoded yet start */
+    bool expect_continue;
+    struct phr_chunked_decoder dec;
+    td_buf_t out; /* framed bytes to write, ahead of the stream's pending ones */
+    size_t wq;    /* bytes handed to uv_write and not written yet */
+    struct td_http_req req;
+    struct td_http_stream st;
+} conn_t;
 
 typedef struct route {
     char *path;
@@ -25,166 +137,43 @@ typedef struct route {
     struct route *next;
 } route_t;
 
-/* The h2o handler registered at "/", which dispatches by exact path. */
-typedef struct dispatch {
-    h2o_handler_t super; /* must be first: h2o hands this pointer back */
-    td_http_server_t *server;
-} dispatch_t;
-
-/* h2o's own error answers (413 for a body over the limit, 400 for a broken body framing, 417)
- * are text/plain; this filter turns their body into the OpenAI-style JSON error every other
- * answer has. Registered on every path, including the fallback a request gets when it failed
- * before routing. */
-typedef struct errfilter {
-    h2o_filter_t super; /* must be first */
-} errfilter_t;
-
-typedef struct errstream {
-    h2o_ostream_t super; /* must be first */
-} errstream_t;
-
-static void json_error(int status, const char *text, size_t len, td_buf_t *out)
-{
-    const char *code = status == 413 ? "request_too_large" : status == 400 ? "bad_request" : NULL;
-    td_buf_append_str(out, "{\"error\":{\"message\":");
-    td_buf_append_json_string(out, text, len);
-    td_buf_append_str(out, ",\"type\":\"invalid_request_error\",\"param\":null,\"code\":");
-    if (code)
-        td_buf_printf(out, "\"%s\"}}", code);
-    else
-        td_buf_append_str(out, "null}}");
-}
-
-static void errstream_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t n,
-                           h2o_send_state_t state)
-{
-    if (h2o_send_state_is_in_progress(state)) { /* not h2o's one-piece error: as it is */
-        h2o_ostream_send_next(self, req, bufs, n, state);
-        return;
-    }
-    td_buf_t text, out;
-    td_buf_init(&text);
-    td_buf_init(&out);
-    for (size_t i = 0; i < n; i++)
-        td_buf_append(&text, bufs[i].base, bufs[i].len);
-    if (req->res.status == 413)
-        td_buf_printf(&text, " (the limit is %zu bytes)",
-                      req->conn->ctx->globalconf->max_request_entity_size);
-    json_error(req->res.status, text.data ? text.data : "", text.len, &out);
-    h2o_iovec_t body = {NULL, 0};
-    if (out.data) {
-        body = h2o_strdup(&req->pool, out.data, out.len);
-        req->res.content_length = body.len;
-        h2o_set_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE,
-                       H2O_STRLIT("application/json"), 1);
-        h2o_ostream_send_next(self, req, &body, 1, state);
-    } else {
-        h2o_ostream_send_next(self, req, bufs, n, state);
-    }
-    td_buf_free(&text);
-    td_buf_free(&out);
-}
-
-static void errfilter_setup(h2o_filter_t *self, h2o_req_t *req, h2o_ostream_t **slot)
-{
-    ssize_t at = h2o_find_header(&req->res.headers, H2O_TOKEN_CONTENT_TYPE, -1);
-    if (req->res.status >= 400 && at >= 0 &&
-        h2o_memis(req->res.headers.entries[at].value.base, req->res.headers.entries[at].value.len,
-                  H2O_STRLIT("text/plain; charset=utf-8"))) {
-        errstream_t *es = (errstream_t *)h2o_add_ostream(req, sizeof(*es), slot);
-        es->super.do_send = errstream_send;
-        slot = &es->super.next;
-    }
-    h2o_setup_next_ostream(req, slot);
-}
-
-/* picohttpparser (inside libh2o; libh2o-dev ships no header for it): the request-head parser
- * h2o itself runs, used here to recognise garbage before h2o answers it in plain text. */
-struct phr_header {
-    const char *name;
-    size_t name_len;
-    const char *value;
-    size_t value_len;
-};
-int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len,
-                      const char **path, size_t *path_len, int *minor_version,
-                      struct phr_header *headers, size_t *num_headers, size_t last_len);
-
-#define PEEK_MAX (64u << 10) /* bytes of a first request head read before h2o takes over */
-#define PEEK_TIMEOUT_MS 10000 /* h2o's own request-head deadline */
-
-/* An accepted connection's libuv handle, tagged with its server for the close callback. Until
- * its first request head has arrived the server reads it itself (peek): a head that cannot
- * parse gets an OpenAI-style JSON 400 (h2o would answer plain text); one that parses is handed to
- * h2o with the bytes read so far. */
-typedef struct conn {
-    uv_tcp_t tcp; /* must be first: h2o closes it with our callback */
-    td_http_server_t *server;
-    uv_timer_t timer; /* the peek's deadline */
-    uv_write_t wreq;  /* the JSON 400 */
-    char *peek;       /* [n_peek] bytes read while peeking, PEEK_MAX allocated */
-    size_t n_peek;
-    int open;         /* handles (tcp, timer) not closed yet; freed at 0 */
-    bool peeking;
-    struct conn *prev, *next; /* the server's peeking connections */
-} conn_t;
-
 struct td_http_server {
     uv_loop_t *loop;
-    h2o_globalconf_t config;
-    h2o_context_t ctx;
-    h2o_accept_ctx_t accept_ctx;
+    size_t max_body;
+    char *server_name;
+    route_t *routes;
     uv_tcp_t listener;
-    uv_timer_t sentinel; /* waits for h2o's timers to drain, closed last, frees the server */
+    uv_idle_t flush; /* active while `dirty` holds connections: writes them next iteration */
+    conn_t *dirty;
+    conn_t *conns;
+    size_t n_conns;
     bool listening;
     bool closing;
-    bool disposed;
-    size_t n_conns;
-    conn_t *peeking; /* connections whose first request head is still being read */
-    route_t *routes;
-    struct watch *watches; /* unanswered requests whose client is watched (td_http_req_watch),
-                            * oldest first: requests are mostly answered in the order they came,
-                            * so unwatch finds its entry within the first few */
-    struct watch **watch_tail; /* the last entry's next (or &watches) */
-    uv_timer_t watch_timer; /* checks them every WATCH_MS while there are any */
-    uv_idle_t flush;        /* active while `dirty` holds streams: writes them next iteration */
-    struct td_http_stream *dirty; /* streams with bytes (or their end) queued this iteration */
+    bool flush_closed;
+    time_t date_at; /* the second `date` was formatted for */
+    char date[40];
 };
 
-/* A request whose client is checked for having gone (td_http_req_watch). */
-typedef struct watch {
-    struct watch *next;
-    h2o_req_t *req;
-    void (*on_gone)(void *ud);
-    void *ud;
-} watch_t;
+typedef struct write_req {
+    uv_write_t req;
+    conn_t *c;
+    size_t len;
+    char data[];
+} write_req_t;
 
-#define WATCH_MS 200
-
-struct td_http_stream {
-    h2o_generator_t gen; /* must be first: h2o hands this pointer back */
-    h2o_req_t *req;
-    td_buf_t inflight;   /* bytes h2o is writing; valid until proceed */
-    td_buf_t pending;    /* bytes queued behind them */
-    bool sending;
-    bool user_ended;
-    bool h2o_done;
-    bool canceled;
-    bool dirty; /* on the server's `dirty` list */
-    struct td_http_stream *dirty_next;
-    td_http_server_t *srv;
-    void (*on_cancel)(td_http_stream_t *st, void *ud);
-    void *ud;
-};
-
-static h2o_req_t *H(td_http_req_t *r)
-{
-    return (h2o_req_t *)r;
-}
+static void conn_close(conn_t *c);
+static void conn_finish(conn_t *c);
+static void conn_defer(conn_t *c);
+static void on_flush(uv_idle_t *h);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
+static void process_input(conn_t *c);
+static void server_maybe_free(td_http_server_t *s);
 
 static const char *reason_phrase(int status)
 {
     switch (status) {
+    case 100: return "Continue";
     case 200: return "OK";
     case 201: return "Created";
     case 204: return "No Content";
@@ -198,6 +187,7 @@ static const char *reason_phrase(int status)
     case 413: return "Payload Too Large";
     case 422: return "Unprocessable Entity";
     case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
     case 502: return "Bad Gateway";
@@ -207,184 +197,376 @@ static const char *reason_phrase(int status)
     }
 }
 
-/* ---- requests ----------------------------------------------------------------------------- */
-
-const char *td_http_method(const td_http_req_t *r, size_t *len)
+/* The Date header's value (RFC 9110 IMF-fixdate), formatted once a second. */
+static const char *http_date(td_http_server_t *s)
 {
-    const h2o_req_t *q = (const h2o_req_t *)r;
-    *len = q->method.len;
-    return q->method.base;
-}
-
-bool td_http_method_is(const td_http_req_t *r, const char *method)
-{
-    const h2o_req_t *q = (const h2o_req_t *)r;
-    return q->method.len == strlen(method) && memcmp(q->method.base, method, q->method.len) == 0;
-}
-
-const char *td_http_path(const td_http_req_t *r, size_t *len)
-{
-    const h2o_req_t *q = (const h2o_req_t *)r;
-    *len = q->path_normalized.len;
-    return q->path_normalized.base;
-}
-
-const char *td_http_query(const td_http_req_t *r, size_t *len)
-{
-    const h2o_req_t *q = (const h2o_req_t *)r;
-    if (q->query_at == SIZE_MAX) {
-        *len = 0;
-        return NULL;
+    static const char wd[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char mo[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                   "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    time_t now = time(NULL);
+    if (now != s->date_at) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        snprintf(s->date, sizeof(s->date), "%s, %02d %s %04d %02d:%02d:%02d GMT", wd[tm.tm_wday],
+                 tm.tm_mday, mo[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        s->date_at = now;
     }
-    *len = q->path.len - q->query_at - 1;
-    return q->path.base + q->query_at + 1;
+    return s->date;
 }
 
-const char *td_http_body(const td_http_req_t *r, size_t *len)
+/* ---- connection lifetime ------------------------------------------------------------------ */
+
+/* Freed once its handles are closed, its request answered (its stream ended) and no callback
+ * holds it. */
+static void conn_maybe_free(conn_t *c)
 {
-    const h2o_req_t *q = (const h2o_req_t *)r;
-    *len = q->entity.base ? q->entity.len : 0;
-    return q->entity.base ? q->entity.base : "";
+    if (c->open || c->hold || c->dirty || c->state == C_HANDLING)
+        return;
+    td_http_server_t *s = c->s;
+    td_buf_free(&c->in);
+    td_buf_free(&c->out);
+    td_buf_free(&c->req.raw);
+    td_buf_free(&c->req.hdrs);
+    td_buf_free(&c->st.pending);
+    free(c);
+    s->n_conns--;
+    server_maybe_free(s);
 }
 
-const char *td_http_header(const td_http_req_t *r, const char *name, size_t *len)
+static void on_handle_closed(uv_handle_t *h)
 {
-    const h2o_req_t *q = (const h2o_req_t *)r;
-    char lower[128];
-    size_t n = strlen(name);
-    if (n >= sizeof(lower))
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        lower[i] = (char)tolower((unsigned char)name[i]);
-    ssize_t at = h2o_find_header_by_str(&q->headers, lower, n, -1);
-    if (at < 0)
-        return NULL;
-    *len = q->headers.entries[at].value.len;
-    return q->headers.entries[at].value.base;
+    conn_t *c = h->data;
+    c->open--;
+    conn_maybe_free(c);
 }
 
-void td_http_peer(const td_http_req_t *r, char *out, size_t n)
+/* Close at once (queued writes are dropped). */
+static void conn_close(conn_t *c)
 {
-    const h2o_req_t *q = (const h2o_req_t *)r;
-    struct sockaddr_storage ss;
-    socklen_t sl = q->conn->callbacks->get_peername(q->conn, (struct sockaddr *)&ss);
-    char host[64] = "?";
-    int port = 0;
-    if (sl && ss.ss_family == AF_INET) {
-        struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-        uv_ip4_name(sin, host, sizeof(host));
-        port = ntohs(sin->sin_port);
-    } else if (sl && ss.ss_family == AF_INET6) {
-        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-        uv_ip6_name(sin6, host, sizeof(host));
-        port = ntohs(sin6->sin6_port);
+    if (c->closing)
+        return;
+    c->closing = true;
+    td_http_server_t *s = c->s;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    conn_close(t->data);
+}
+
+static void timer_arm(conn_t *c, uint64_t ms)
+{
+    if (!c->closing)
+        uv_timer_start(&c->timer, on_timeout, ms, 0);
+}
+
+/* The client went (EOF or an error): its stream is cancelled, a watched request's owner told. */
+static void peer_gone(conn_t *c)
+{
+    c->peer_eof = true;
+    if (c->state != C_HANDLING) {
+        if (c->state == C_LINGER && !c->shut_done)
+            return; /* the shutdown's callback closes */
+        conn_close(c);
+        return;
     }
-    snprintf(out, n, "%s:%d", host, port);
+    conn_close(c);
+    c->hold++;
+    td_http_stream_t *st = &c->st;
+    if (st->active) {
+        if (!st->canceled) {
+            st->canceled = true;
+            if (!st->ended && st->on_cancel)
+                st->on_cancel(st, st->ud);
+        }
+    } else if (!c->req.answered && c->req.on_gone) {
+        void (*cb)(void *) = c->req.on_gone;
+        c->req.on_gone = NULL;
+        cb(c->req.gone_ud);
+    }
+    c->hold--;
+    conn_maybe_free(c);
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+static void on_write(uv_write_t *w, int status)
+{
+    write_req_t *wr = (write_req_t *)w;
+    conn_t *c = wr->c;
+    c->wq -= wr->len;
+    free(wr);
+    if (status < 0 && status != UV_ECANCELED && !c->closing)
+        peer_gone(c);
+}
+
+/* Write iov[0..n): what the kernel takes at once, the rest through one uv_write owning a copy.
+ * Bytes keep their order: uv_try_write refuses while an earlier uv_write is queued. */
+static void conn_write(conn_t *c, uv_buf_t *iov, unsigned n)
+{
+    if (c->closing)
+        return;
+    size_t total = 0;
+    for (unsigned i = 0; i < n; i++)
+        total += iov[i].len;
+    if (!total)
+        return;
+    int w = uv_try_write((uv_stream_t *)&c->tcp, iov, n);
+    if (w < 0 && w != UV_EAGAIN) {
+        peer_gone(c);
+        return;
+    }
+    size_t done = w > 0 ? (size_t)w : 0;
+    if (done == total)
+        return;
+    write_req_t *wr = malloc(sizeof(*wr) + (total - done));
+    if (!wr) {
+        TD_LOG_W("http: out of memory for a write of %zu bytes: closing", total - done);
+        peer_gone(c);
+        return;
+    }
+    size_t at = 0, skip = done;
+    for (unsigned i = 0; i < n; i++) {
+        size_t l = iov[i].len;
+        if (skip >= l) {
+            skip -= l;
+            continue;
+        }
+        memcpy(wr->data + at, iov[i].base + skip, l - skip);
+        at += l - skip;
+        skip = 0;
+    }
+    wr->c = c;
+    wr->len = at;
+    uv_buf_t b = uv_buf_init(wr->data, (unsigned)at);
+    if (uv_write(&wr->req, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+        free(wr);
+        peer_gone(c);
+        return;
+    }
+    c->wq += at;
+}
+
+static void buf_trim(td_buf_t *b)
+{
+    td_buf_reset(b);
+    if (b->cap > KEEP_CAP)
+        td_buf_free(b);
+}
+
+static void response_done(conn_t *c);
+
+/* Write what is queued: `out`, then the stream's pending bytes in one chunk, then its end. */
+static void conn_flush(conn_t *c)
+{
+    td_http_stream_t *st = &c->st;
+    bool body = st->active && st->pending.len && !st->canceled;
+    bool end = st->active && st->ended;
+    char tail[16];
+    size_t tl = 0;
+    if (body && st->chunked) {
+        char hex[24];
+        int hl = snprintf(hex, sizeof(hex), "%zx\r\n", st->pending.len);
+        td_buf_append(&c->out, hex, (size_t)hl);
+        memcpy(tail, "\r\n", 2);
+        tl = 2;
+    }
+    if (end && st->chunked && !st->canceled) {
+        memcpy(tail + tl, "0\r\n\r\n", 5);
+        tl += 5;
+    }
+    uv_buf_t iov[3];
+    unsigned n = 0;
+    if (c->out.len)
+        iov[n++] = uv_buf_init(c->out.data, (unsigned)c->out.len);
+    if (body)
+        iov[n++] = uv_buf_init(st->pending.data, (unsigned)st->pending.len);
+    if (tl)
+        iov[n++] = uv_buf_init(tail, (unsigned)tl);
+    c->hold++;
+    conn_write(c, iov, n);
+    c->hold--;
+    buf_trim(&c->out);
+    if (body)
+        buf_trim(&st->pending);
+    if (end) {
+        st->active = false;
+        response_done(c);
+    }
+}
+
+/* Flush c (and parse what it buffered, if asked) at the next idle pass. */
+static void conn_defer(conn_t *c)
+{
+    if (c->dirty || (c->closing && !c->req.gone_due))
+        return;
+    c->dirty = true;
+    c->dirty_next = c->s->dirty;
+    c->s->dirty = c;
+    if (!uv_is_active((uv_handle_t *)&c->s->flush))
+        uv_idle_start(&c->s->flush, on_flush);
+}
+
+static void flush_all(td_http_server_t *s)
+{
+    uv_idle_stop(&s->flush);
+    while (s->dirty) {
+        conn_t *c = s->dirty;
+        s->dirty = c->dirty_next;
+        c->dirty = false;
+        c->hold++;
+        if (c->req.gone_due) {
+            c->req.gone_due = false;
+            if (c->state == C_HANDLING && !c->req.answered && c->req.on_gone) {
+                void (*cb)(void *) = c->req.on_gone;
+                c->req.on_gone = NULL;
+                cb(c->req.gone_ud);
+            }
+        }
+        if (!c->closing)
+            conn_flush(c);
+        if (c->resume && !c->closing) {
+            c->resume = false;
+            c->parsing = true;
+            process_input(c);
+            c->parsing = false;
+            conn_flush(c);
+        }
+        c->hold--;
+        conn_maybe_free(c);
+    }
+}
+
+static void on_flush(uv_idle_t *h)
+{
+    flush_all(h->data);
 }
 
 /* ---- responses ---------------------------------------------------------------------------- */
 
-void td_http_add_header(td_http_req_t *r, const char *name, const char *value)
+static void head_write(conn_t *c, int status, const char *content_type, size_t length,
+                       bool chunked)
 {
-    h2o_req_t *q = H(r);
-    size_t n = strlen(name);
-    char *lower = h2o_mem_alloc_pool(&q->pool, n);
-    for (size_t i = 0; i < n; i++)
-        lower[i] = (char)tolower((unsigned char)name[i]);
-    h2o_iovec_t v = h2o_strdup(&q->pool, value, SIZE_MAX);
-    h2o_add_header_by_str(&q->pool, &q->res.headers, lower, n, 1, NULL, v.base, v.len);
+    td_http_req_t *r = &c->req;
+    td_buf_t *o = &c->out;
+    td_buf_printf(o, "HTTP/1.1 %d %s\r\ndate: %s\r\nserver: %s\r\n", status,
+                  reason_phrase(status), http_date(c->s), c->s->server_name);
+    if (content_type) {
+        td_buf_append_str(o, "content-type: ");
+        td_buf_append_str(o, content_type);
+        td_buf_append(o, "\r\n", 2);
+    }
+    if (r->hdrs.len)
+        td_buf_append(o, r->hdrs.data, r->hdrs.len);
+    if (chunked) {
+        td_buf_append_str(o, "transfer-encoding: chunked\r\n");
+    } else if (length != SIZE_MAX) {
+        td_buf_append_str(o, "content-length: ");
+        td_buf_append_i64(o, (int64_t)length);
+        td_buf_append(o, "\r\n", 2);
+    }
+    if (c->s->closing)
+        c->keep_alive = false;
+    if (!c->keep_alive)
+        td_buf_append_str(o, "connection: close\r\n");
+    else if (r->http10)
+        td_buf_append_str(o, "connection: keep-alive\r\n");
+    td_buf_append(o, "\r\n", 2);
+    td_buf_reset(&r->hdrs);
 }
 
-static void set_status(h2o_req_t *q, int status, const char *content_type)
+/* An error the server itself answers (bad framing, limits), in the OpenAI shape, closing after. */
+static void error_close(conn_t *c, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void json_error_body(td_buf_t *b, const char *msg, const char *code)
 {
-    q->res.status = status;
-    q->res.reason = reason_phrase(status);
-    if (content_type)
-        h2o_add_header(&q->pool, &q->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type,
-                       strlen(content_type));
+    td_buf_append_str(b, "{\"error\":{\"message\":");
+    td_buf_append_json_string(b, msg, strlen(msg));
+    td_buf_append_str(b, ",\"type\":\"invalid_request_error\",\"param\":null,\"code\":");
+    if (code)
+        td_buf_printf(b, "\"%s\"}}", code);
+    else
+        td_buf_append_str(b, "null}}");
 }
 
-/* The server a request came to. */
-static td_http_server_t *server_of(h2o_req_t *q)
+static void error_close(conn_t *c, int status, const char *code, const char *fmt, ...)
 {
-    return (td_http_server_t *)((char *)q->conn->ctx - offsetof(td_http_server_t, ctx));
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    td_buf_t body;
+    td_buf_init(&body);
+    json_error_body(&body, msg, code);
+    c->keep_alive = false;
+    c->req.http10 = false;
+    td_buf_reset(&c->req.hdrs);
+    head_write(c, status, "application/json", body.len, false);
+    td_buf_append(&c->out, body.data, body.len);
+    td_buf_free(&body);
+    conn_finish(c);
 }
 
-/* The request is answered: its client is no longer watched. */
-static void unwatch(h2o_req_t *q)
+/* The response is complete (written or queued): next request, or the close. */
+static void response_done(conn_t *c)
 {
-    td_http_server_t *s = server_of(q);
-    for (watch_t **pp = &s->watches; *pp; pp = &(*pp)->next)
-        if ((*pp)->req == q) {
-            watch_t *w = *pp;
-            *pp = w->next;
-            if (s->watch_tail == &w->next)
-                s->watch_tail = pp;
-            free(w);
-            break;
-        }
-    if (!s->watches)
-        uv_timer_stop(&s->watch_timer);
-}
-
-/* Whether the client of q closed its connection: h2o reads nothing while a request is being
- * handled, so the socket is peeked (an orderly close reads as 0 bytes; pipelined bytes or
- * nothing yet mean it is still there). */
-static bool client_gone(h2o_req_t *q)
-{
-    h2o_socket_t *sock = q->conn->callbacks->get_socket ? q->conn->callbacks->get_socket(q->conn)
-                                                        : NULL;
-    int fd = sock ? h2o_socket_get_fd(sock) : -1;
-    if (fd < 0)
-        return false;
-    char c;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-static void on_watch(uv_timer_t *t)
-{
-    td_http_server_t *s = t->data;
-    for (;;) {
-        watch_t *gone = NULL;
-        for (watch_t *w = s->watches; w && !gone; w = w->next)
-            if (client_gone(w->req))
-                gone = w;
-        if (!gone)
-            break;
-        void (*cb)(void *) = gone->on_gone;
-        void *ud = gone->ud;
-        unwatch(gone->req); /* once; the callback may answer the request */
-        cb(ud);
+    c->state = C_HEAD;
+    c->req.on_gone = NULL;
+    c->req.gone_due = false;
+    if (c->closing) {
+        conn_maybe_free(c);
+        return;
+    }
+    if (!c->keep_alive || c->peer_eof) {
+        conn_finish(c);
+        return;
+    }
+    timer_arm(c, REQ_TIMEOUT_MS);
+    if (!c->reading && uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+        c->reading = true; /* paused while a pipelined backlog filled `in` */
+    if (c->in.len && !c->parsing) { /* a pipelined request: parsed at the next idle pass */
+        c->resume = true;
+        conn_defer(c);
     }
 }
 
-int td_http_req_watch(td_http_req_t *r, void (*on_gone)(void *ud), void *ud)
+void td_http_add_header(td_http_req_t *r, const char *name, const char *value)
 {
-    h2o_req_t *q = H(r);
-    td_http_server_t *s = server_of(q);
-    watch_t *w = calloc(1, sizeof(*w));
-    if (!w)
-        return TD_ENOMEM;
-    w->req = q;
-    w->on_gone = on_gone;
-    w->ud = ud;
-    *s->watch_tail = w;
-    s->watch_tail = &w->next;
-    if (!uv_is_active((uv_handle_t *)&s->watch_timer))
-        uv_timer_start(&s->watch_timer, on_watch, WATCH_MS, WATCH_MS);
-    return 0;
+    size_t n = strlen(name);
+    for (size_t i = 0; i < n; i++) {
+        char ch = name[i];
+        td_buf_append_char(&r->hdrs, ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch);
+    }
+    td_buf_append(&r->hdrs, ": ", 2);
+    td_buf_append_str(&r->hdrs, value);
+    td_buf_append(&r->hdrs, "\r\n", 2);
 }
 
 void td_http_respond(td_http_req_t *r, int status, const char *content_type, const char *body,
                      size_t len)
 {
-    h2o_req_t *q = H(r);
-    if (server_of(q)->watches)
-        unwatch(q);
-    set_status(q, status, content_type);
-    q->res.content_length = len;
-    h2o_send_inline(q, body, len);
+    conn_t *c = r->c;
+    r->answered = true;
+    r->on_gone = NULL;
+    if (!c->closing) {
+        head_write(c, status, content_type, len, false);
+        if (!r->head_only)
+            td_buf_append(&c->out, body, len);
+        if (!c->parsing) /* while parsing, the read callback writes when it is done */
+            conn_defer(c);
+    }
+    response_done(c);
 }
 
 void td_http_respond_error(td_http_req_t *r, int status, const char *type, const char *param,
@@ -408,138 +590,62 @@ void td_http_respond_error(td_http_req_t *r, int status, const char *type, const
     json_object_put(root);
 }
 
+int td_http_req_watch(td_http_req_t *r, void (*on_gone)(void *ud), void *ud)
+{
+    r->on_gone = on_gone;
+    r->gone_ud = ud;
+    if (r->c->peer_eof) { /* told from the loop, not from inside the caller */
+        r->gone_due = true;
+        conn_defer(r->c);
+    }
+    return 0;
+}
+
 /* ---- streams ------------------------------------------------------------------------------ */
-
-static void stream_maybe_free(td_http_stream_t *st)
-{
-    if (st->user_ended && st->h2o_done && !st->dirty) {
-        td_buf_free(&st->inflight);
-        td_buf_free(&st->pending);
-        free(st);
-    }
-}
-
-/* Hand queued bytes to h2o when it is not busy; finish when the user has ended. */
-static void stream_flush(td_http_stream_t *st)
-{
-    if (st->sending || st->h2o_done)
-        return;
-    if (st->pending.len == 0 && !st->user_ended)
-        return;
-    if (st->user_ended) {
-        /* final chunk: copied into the request's pool, which outlives our buffers */
-        h2o_iovec_t buf = {NULL, 0};
-        size_t nbufs = 0;
-        if (st->pending.len) {
-            buf.base = h2o_mem_alloc_pool(&st->req->pool, st->pending.len);
-            memcpy(buf.base, st->pending.data, st->pending.len);
-            buf.len = st->pending.len;
-            nbufs = 1;
-        }
-        td_buf_reset(&st->pending);
-        st->h2o_done = true;
-        h2o_send(st->req, &buf, nbufs, H2O_SEND_STATE_FINAL);
-        stream_maybe_free(st);
-        return;
-    }
-    td_buf_t t = st->inflight;
-    st->inflight = st->pending;
-    st->pending = t;
-    td_buf_reset(&st->pending);
-    st->sending = true;
-    h2o_iovec_t buf = h2o_iovec_init(st->inflight.data, st->inflight.len);
-    h2o_send(st->req, &buf, 1, H2O_SEND_STATE_IN_PROGRESS);
-}
-
-/* Write every stream that queued bytes (or its end) since the last pass: what one loop iteration
- * queued for a response leaves in one write, as the RPC connections do (rpc.c conn_send). */
-static void streams_flush(td_http_server_t *s)
-{
-    uv_idle_stop(&s->flush);
-    while (s->dirty) {
-        td_http_stream_t *st = s->dirty;
-        s->dirty = st->dirty_next;
-        st->dirty = false;
-        if (st->h2o_done) /* the client went while it was queued */
-            stream_maybe_free(st);
-        else
-            stream_flush(st); /* frees it after its end */
-    }
-}
-
-static void on_flush(uv_idle_t *h)
-{
-    streams_flush(h->data);
-}
-
-/* Flush st with the others at the start of the next loop iteration. */
-static void stream_defer(td_http_stream_t *st)
-{
-    if (st->dirty)
-        return;
-    st->dirty = true;
-    st->dirty_next = st->srv->dirty;
-    st->srv->dirty = st;
-    if (!uv_is_active((uv_handle_t *)&st->srv->flush))
-        uv_idle_start(&st->srv->flush, on_flush);
-}
-
-static void on_proceed(h2o_generator_t *g, h2o_req_t *req)
-{
-    td_http_stream_t *st = (td_http_stream_t *)g;
-    st->sending = false;
-    td_buf_reset(&st->inflight);
-    stream_flush(st);
-}
-
-static void on_stop(h2o_generator_t *g, h2o_req_t *req)
-{
-    td_http_stream_t *st = (td_http_stream_t *)g;
-    st->h2o_done = true;
-    st->canceled = true;
-    if (!st->user_ended && st->on_cancel)
-        st->on_cancel(st, st->ud);
-    stream_maybe_free(st);
-}
 
 td_http_stream_t *td_http_stream_start(td_http_req_t *r, int status, const char *content_type,
                                        void (*on_cancel)(td_http_stream_t *st, void *ud),
                                        void *ud)
 {
-    td_http_stream_t *st = calloc(1, sizeof(*st));
-    if (!st)
-        return NULL;
-    if (server_of(H(r))->watches)
-        unwatch(H(r));
-    st->gen.proceed = on_proceed;
-    st->gen.stop = on_stop;
-    st->req = H(r);
-    st->srv = server_of(H(r));
+    conn_t *c = r->c;
+    td_http_stream_t *st = &c->st;
+    r->answered = true;
+    r->on_gone = NULL;
+    st->c = c;
+    st->active = true;
+    st->ended = false;
+    st->canceled = c->closing;
+    st->chunked = !r->http10;
     st->on_cancel = on_cancel;
     st->ud = ud;
-    td_buf_init(&st->inflight);
-    td_buf_init(&st->pending);
-    set_status(st->req, status, content_type);
-    h2o_add_header(&st->req->pool, &st->req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
-                   H2O_STRLIT("no-cache"));
-    h2o_start_response(st->req, &st->gen);
+    td_buf_reset(&st->pending);
+    if (!st->chunked)
+        c->keep_alive = false; /* HTTP/1.0: the close ends the body */
+    if (!c->closing) {
+        td_http_add_header(r, "cache-control", "no-cache");
+        head_write(c, status, content_type, SIZE_MAX, st->chunked && !r->head_only);
+        if (!c->parsing)
+            conn_defer(c);
+    }
+    if (r->head_only)
+        st->canceled = true; /* nothing after the head */
     return st;
 }
 
 int td_http_stream_write(td_http_stream_t *st, const void *data, size_t len)
 {
-    if (st->canceled || st->h2o_done)
+    if (st->canceled || !st->active)
         return TD_ECANCELED;
     int rc = td_buf_append(&st->pending, data, len);
     if (rc)
         return rc;
-    stream_defer(st);
+    conn_defer(st->c);
     return 0;
 }
 
 int td_http_stream_write_buf(td_http_stream_t *st, td_buf_t *b)
 {
-    if (st->canceled || st->h2o_done)
+    if (st->canceled || !st->active)
         return TD_ECANCELED;
     if (!b->len)
         return 0;
@@ -553,40 +659,478 @@ int td_http_stream_write_buf(td_http_stream_t *st, td_buf_t *b)
             return rc;
         td_buf_reset(b);
     }
-    stream_defer(st);
+    conn_defer(st->c);
     return 0;
 }
 
 size_t td_http_stream_pending(const td_http_stream_t *st)
 {
-    return st->pending.len + st->inflight.len;
+    return st->pending.len + st->c->wq;
 }
 
 void td_http_stream_end(td_http_stream_t *st)
 {
-    st->user_ended = true;
-    if (st->h2o_done)
-        stream_maybe_free(st);
-    else
-        stream_defer(st);
+    conn_t *c = st->c;
+    st->ended = true;
+    if (c->closing) { /* nothing goes out: released now */
+        st->active = false;
+        response_done(c);
+        return;
+    }
+    conn_defer(c);
+}
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+static const char *at(const td_http_req_t *r, span_t s)
+{
+    return r->raw.data + s.off;
+}
+
+const char *td_http_method(const td_http_req_t *r, size_t *len)
+{
+    *len = r->method.len;
+    return at(r, r->method);
+}
+
+bool td_http_method_is(const td_http_req_t *r, const char *method)
+{
+    return r->method.len == strlen(method) && memcmp(at(r, r->method), method, r->method.len) == 0;
+}
+
+const char *td_http_path(const td_http_req_t *r, size_t *len)
+{
+    *len = r->path.len;
+    return at(r, r->path);
+}
+
+const char *td_http_query(const td_http_req_t *r, size_t *len)
+{
+    if (!r->has_query) {
+        *len = 0;
+        return NULL;
+    }
+    *len = r->query.len;
+    return at(r, r->query);
+}
+
+const char *td_http_body(const td_http_req_t *r, size_t *len)
+{
+    *len = r->body_len;
+    return r->body_len ? r->raw.data + r->body_off : "";
+}
+
+const char *td_http_header(const td_http_req_t *r, const char *name, size_t *len)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < r->nh; i++)
+        if (r->hname[i].len == n && strncasecmp(at(r, r->hname[i]), name, n) == 0) {
+            *len = r->hval[i].len;
+            return at(r, r->hval[i]);
+        }
+    return NULL;
+}
+
+void td_http_peer(const td_http_req_t *r, char *out, size_t n)
+{
+    struct sockaddr_storage ss;
+    int sl = sizeof(ss);
+    char host[64] = "?";
+    int port = 0;
+    if (uv_tcp_getpeername(&r->c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+            uv_ip4_name(sin, host, sizeof(host));
+            port = ntohs(sin->sin_port);
+        } else if (ss.ss_family == AF_INET6) {
+            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+            uv_ip6_name(sin6, host, sizeof(host));
+            port = ntohs(sin6->sin6_port);
+        }
+    }
+    snprintf(out, n, "%s:%d", host, port);
+}
+
+/* ---- reading and parsing ------------------------------------------------------------------ */
+
+static bool token_has(const char *v, size_t n, const char *tok)
+{
+    size_t tl = strlen(tok);
+    for (size_t i = 0; i < n;) {
+        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t j = i;
+        while (j < n && v[j] != ',')
+            j++;
+        size_t e = j;
+        while (e > i && (v[e - 1] == ' ' || v[e - 1] == '\t'))
+            e--;
+        if (e - i == tl && strncasecmp(v + i, tok, tl) == 0)
+            return true;
+        i = j;
+    }
+    return false;
+}
+
+static bool span_is(const char *base, span_t s, const char *lit)
+{
+    size_t n = strlen(lit);
+    return s.len == n && strncasecmp(base + s.off, lit, n) == 0;
+}
+
+/* Move the request's bytes [0, total) from `in` to req.raw (by taking the storage when they are
+ * all of it) and hand the request to its route. */
+static void dispatch(conn_t *c, size_t total)
+{
+    td_http_req_t *r = &c->req;
+    if (total == c->in.len) {
+        td_buf_t t = r->raw;
+        r->raw = c->in;
+        c->in = t;
+        td_buf_reset(&c->in);
+    } else {
+        td_buf_reset(&r->raw);
+        if (td_buf_append(&r->raw, c->in.data, total) != 0) {
+            error_close(c, 500, NULL, "out of memory for a request of %zu bytes", total);
+            return;
+        }
+        memmove(c->in.data, c->in.data + total, c->in.len - total);
+        c->in.len -= total;
+    }
+    r->raw.data[total] = '\0';
+    c->last_len = 0;
+    c->state = C_HANDLING;
+    r->answered = false;
+    uv_timer_stop(&c->timer);
+    td_http_server_t *s = c->s;
+    const char *path = at(r, r->path);
+    for (route_t *rt = s->routes; rt; rt = rt->next)
+        if (r->path.len == rt->path_len && memcmp(path, rt->path, rt->path_len) == 0) {
+            rt->fn(r, rt->ud);
+            return;
+        }
+    td_http_respond_error(r, 404, "not_found_error", NULL, "not_found", "no route for %.*s",
+                          (int)TD_MIN(r->path.len, 200), path);
+}
+
+/* The head at the front of `in` parsed (n bytes): fill the request, choose how its body comes.
+ * false when it was refused (answered and closing). */
+static bool head_parsed(conn_t *c, int n, const char *m, size_t ml, const char *p, size_t pl,
+                        int minor, const struct phr_header *h, size_t nh)
+{
+    td_http_req_t *r = &c->req;
+    const char *base = c->in.data;
+    for (size_t i = 0; i < pl; i++)
+        if ((unsigned char)p[i] < 0x21 || p[i] == 0x7f) {
+            error_close(c, 400, "bad_request", "the request target holds a control byte");
+            return false;
+        }
+    r->method = (span_t){(uint32_t)(m - base), (uint32_t)ml};
+    /* absolute form (http://host/path): the path starts at the authority's end */
+    size_t skip = 0;
+    size_t scheme = pl >= 7 && strncasecmp(p, "http://", 7) == 0    ? 7
+                    : pl >= 8 && strncasecmp(p, "https://", 8) == 0 ? 8
+                                                                    : 0;
+    if (scheme) {
+        const char *slash = memchr(p + scheme, '/', pl - scheme);
+        skip = slash ? (size_t)(slash - p) : pl;
+    }
+    const char *path = p + skip;
+    size_t plen = pl - skip;
+    const char *q = memchr(path, '?', plen);
+    r->has_query = q != NULL;
+    r->path = (span_t){(uint32_t)(path - base), (uint32_t)(q ? (size_t)(q - path) : plen)};
+    r->query = q ? (span_t){(uint32_t)(q + 1 - base), (uint32_t)(plen - (size_t)(q - path) - 1)}
+                 : (span_t){0, 0};
+    r->nh = nh;
+    r->http10 = minor == 0;
+    r->head_only = ml == 4 && memcmp(m, "HEAD", 4) == 0;
+    r->on_gone = NULL;
+    r->gone_due = false;
+    td_buf_reset(&r->hdrs);
+    c->keep_alive = minor >= 1;
+    c->expect_continue = false;
+    bool chunked = false, have_len = false, te = false;
+    uint64_t len = 0;
+    for (size_t i = 0; i < nh; i++) {
+        if (!h[i].name) { /* obsolete line folding */
+            error_close(c, 400, "bad_request", "a folded header line");
+            return false;
+        }
+        r->hname[i] = (span_t){(uint32_t)(h[i].name - base), (uint32_t)h[i].name_len};
+        r->hval[i] = (span_t){(uint32_t)(h[i].value - base), (uint32_t)h[i].value_len};
+        const char *v = h[i].value;
+        size_t vl = h[i].value_len;
+        if (span_is(base, r->hname[i], "content-length")) {
+            uint64_t x = 0;
+            if (!vl || vl > 19) {
+                error_close(c, 400, "bad_request", "an invalid content-length");
+                return false;
+            }
+            for (size_t k = 0; k < vl; k++) {
+                if (v[k] < '0' || v[k] > '9') {
+                    error_close(c, 400, "bad_request", "an invalid content-length");
+                    return false;
+                }
+                x = x * 10 + (uint64_t)(v[k] - '0');
+            }
+            if (have_len && x != len) {
+                error_close(c, 400, "bad_request", "two different content-length headers");
+                return false;
+            }
+            have_len = true;
+            len = x;
+        } else if (span_is(base, r->hname[i], "transfer-encoding")) {
+            te = true;
+            chunked = vl >= 7 && strncasecmp(v + vl - 7, "chunked", 7) == 0 &&
+                      (vl == 7 || v[vl - 8] == ' ' || v[vl - 8] == ',' || v[vl - 8] == '\t');
+        } else if (span_is(base, r->hname[i], "connection")) {
+            if (token_has(v, vl, "close"))
+                c->keep_alive = false;
+            else if (minor == 0 && token_has(v, vl, "keep-alive"))
+                c->keep_alive = true;
+        } else if (span_is(base, r->hname[i], "expect")) {
+            if (vl == 12 && strncasecmp(v, "100-continue", 12) == 0)
+                c->expect_continue = minor >= 1;
+            else {
+                error_close(c, 417, NULL, "unsupported expectation");
+                return false;
+            }
+        }
+    }
+    if (te && (!chunked || have_len)) {
+        error_close(c, 400, "bad_request",
+                    chunked ? "both transfer-encoding and content-length"
+                            : "a transfer-encoding other than chunked");
+        return false;
+    }
+    c->head_len = (size_t)n;
+    r->body_off = (size_t)n;
+    r->body_len = 0;
+    if (chunked) {
+        c->state = C_CHUNKED;
+        c->body_len = 0;
+        c->raw_at = (size_t)n;
+        memset(&c->dec, 0, sizeof(c->dec));
+        c->dec.consume_trailer = 1;
+    } else if (have_len && len) {
+        if (len > c->s->max_body) {
+            error_close(c, 413, "request_too_large",
+                        "the request body is %llu bytes (the limit is %zu bytes)",
+                        (unsigned long long)len, c->s->max_body);
+            return false;
+        }
+        c->state = C_BODY;
+        c->body_len = (size_t)len;
+    } else {
+        c->state = C_BODY;
+        c->body_len = 0;
+    }
+    if (c->expect_continue && c->state == C_BODY && c->in.len - (size_t)n >= c->body_len)
+        c->expect_continue = false; /* the body is here already */
+    if (c->expect_continue) {
+        td_buf_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+        c->expect_continue = false;
+    }
+    return true;
+}
+
+/* Parse and hand on every request `in` holds whole, while the connection is between requests. */
+static void process_input(conn_t *c)
+{
+    while (!c->closing && c->state != C_HANDLING && c->state != C_LINGER) {
+        if (c->state == C_HEAD) {
+            if (!c->in.len)
+                return;
+            const char *m, *p;
+            size_t ml, pl, nh = HEADERS_MAX;
+            int minor;
+            struct phr_header h[HEADERS_MAX];
+            int n = phr_parse_request(c->in.data, c->in.len, &m, &ml, &p, &pl, &minor, h, &nh,
+                                      c->last_len);
+            if (n == -2) {
+                if (c->in.len >= HEAD_MAX) {
+                    error_close(c, 431, "request_too_large",
+                                "the request head is over %d bytes", HEAD_MAX);
+                    return;
+                }
+                c->last_len = c->in.len;
+                return;
+            }
+            if (n < 0) {
+                error_close(c, 400, "bad_request",
+                            "the request is not HTTP/1.x: its request line or headers do not "
+                            "parse");
+                return;
+            }
+            if (!head_parsed(c, n, m, ml, p, pl, minor, h, nh))
+                return;
+            timer_arm(c, REQ_TIMEOUT_MS); /* the body's bytes */
+        }
+        if (c->state == C_BODY) {
+            if (c->in.len - c->head_len < c->body_len)
+                return;
+            c->req.body_len = c->body_len;
+            dispatch(c, c->head_len + c->body_len);
+            continue;
+        }
+        /* C_CHUNKED: decode what arrived, compacted right behind the head */
+        size_t sz = c->in.len - c->raw_at;
+        ssize_t left = phr_decode_chunked(&c->dec, c->in.data + c->raw_at, &sz);
+        if (left == -1) {
+            error_close(c, 400, "bad_request", "the chunked request body does not parse");
+            return;
+        }
+        size_t keep = left > 0 ? (size_t)left : 0;
+        size_t to = c->head_len + c->body_len;
+        memmove(c->in.data + to, c->in.data + c->raw_at, sz + keep);
+        c->body_len += sz;
+        c->in.len = to + sz + keep;
+        c->raw_at = to + sz;
+        if (c->body_len > c->s->max_body) {
+            error_close(c, 413, "request_too_large",
+                        "the chunked request body is over the limit of %zu bytes",
+                        c->s->max_body);
+            return;
+        }
+        if (left == -2)
+            return;
+        c->req.body_len = c->body_len;
+        dispatch(c, c->head_len + c->body_len);
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    conn_t *c = h->data;
+    if (c->state == C_LINGER)
+        td_buf_reset(&c->in); /* read to be dropped */
+    if (c->in.cap - c->in.len < READ_ROOM && td_buf_reserve(&c->in, READ_ROOM) != 0) {
+        *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
+        return;
+    }
+    *buf = uv_buf_init(c->in.data + c->in.len, (unsigned)(c->in.cap - c->in.len - 1));
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    conn_t *c = stream->data;
+    if (c->closing)
+        return;
+    if (nread < 0) {
+        uv_read_stop(stream);
+        c->reading = false;
+        if (c->state == C_LINGER) {
+            c->peer_eof = true;
+            if (c->shut_done)
+                conn_close(c);
+        } else if (nread == UV_EOF && c->state != C_HANDLING) {
+            c->peer_eof = true; /* a half close between requests: what is queued still goes */
+            conn_finish(c);
+        } else {
+            peer_gone(c);
+        }
+        return;
+    }
+    if (nread == 0)
+        return;
+    c->in.len += (size_t)nread;
+    c->in.data[c->in.len] = '\0';
+    if (c->state == C_LINGER) {
+        td_buf_reset(&c->in);
+        return;
+    }
+    if (c->state == C_HANDLING) {
+        /* bytes of a pipelined request wait; past a whole request's worth, reading pauses */
+        if (c->in.len > HEAD_MAX + c->s->max_body) {
+            uv_read_stop(stream);
+            c->reading = false;
+        }
+        return;
+    }
+    if (c->state == C_BODY || c->state == C_CHUNKED)
+        timer_arm(c, REQ_TIMEOUT_MS);
+    c->hold++;
+    c->parsing = true;
+    process_input(c);
+    c->parsing = false;
+    if (!c->closing && (c->out.len || c->st.pending.len))
+        conn_flush(c);
+    c->hold--;
+    conn_maybe_free(c);
+}
+
+static void on_linger_timeout(uv_timer_t *t)
+{
+    conn_close(t->data);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    conn_t *c = req->data;
+    c->shut_done = true;
+    if (status < 0 || c->peer_eof)
+        conn_close(c);
+}
+
+/* The last response: write what is queued, shut the write side down, drop what the client still
+ * sends until it closes. */
+static void conn_finish(conn_t *c)
+{
+    if (c->closing || c->state == C_LINGER)
+        return;
+    c->state = C_LINGER;
+    c->hold++;
+    conn_flush(c);
+    c->hold--;
+    if (c->closing)
+        return;
+    td_buf_reset(&c->in);
+    c->shut.data = c;
+    if (uv_shutdown(&c->shut, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+        conn_close(c);
+        return;
+    }
+    uv_timer_start(&c->timer, on_linger_timeout, LINGER_MS, 0);
+    if (!c->reading && !c->peer_eof &&
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+        c->reading = true;
 }
 
 /* ---- server ------------------------------------------------------------------------------- */
 
-static int on_req(h2o_handler_t *self, h2o_req_t *req)
+static void on_accept(uv_stream_t *listener, int status)
 {
-    td_http_server_t *s = ((dispatch_t *)self)->server;
-    for (route_t *r = s->routes; r; r = r->next) {
-        if (req->path_normalized.len == r->path_len &&
-            memcmp(req->path_normalized.base, r->path, r->path_len) == 0) {
-            r->fn((td_http_req_t *)req, r->ud);
-            return 0;
-        }
+    td_http_server_t *s = listener->data;
+    if (status != 0 || s->closing)
+        return;
+    conn_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return;
+    c->s = s;
+    c->req.c = c;
+    c->st.c = c;
+    uv_tcp_init(s->loop, &c->tcp);
+    uv_timer_init(s->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->open = 2;
+    c->next = s->conns;
+    if (c->next)
+        c->next->prev = c;
+    s->conns = c;
+    s->n_conns++;
+    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
     }
-    td_http_respond_error((td_http_req_t *)req, 404, "not_found_error", NULL, "not_found",
-                          "no route for %.*s", (int)TD_MIN(req->path_normalized.len, 200),
-                          req->path_normalized.base);
-    return 0;
+    uv_tcp_nodelay(&c->tcp, 1);
+    timer_arm(c, REQ_TIMEOUT_MS);
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->reading = true;
 }
 
 td_http_server_t *td_http_server_new(uv_loop_t *loop, const td_http_opts_t *opts)
@@ -595,29 +1139,12 @@ td_http_server_t *td_http_server_new(uv_loop_t *loop, const td_http_opts_t *opts
     if (!s)
         return NULL;
     s->loop = loop;
-    h2o_config_init(&s->config);
-    s->config.max_request_entity_size = opts && opts->max_body ? opts->max_body : 16u << 20;
-    const char *name = opts && opts->server_name ? opts->server_name : "tandem";
-    s->config.server_name = h2o_strdup(NULL, name, SIZE_MAX);
-    h2o_hostconf_t *host =
-        h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
-    dispatch_t *d = (dispatch_t *)h2o_create_handler(path, sizeof(*d));
-    d->super.on_req = on_req;
-    d->server = s;
-    h2o_pathconf_t *paths[] = {path, &host->fallback_path};
-    for (size_t i = 0; i < TD_ARRAY_LEN(paths); i++) {
-        errfilter_t *f = (errfilter_t *)h2o_create_filter(paths[i], sizeof(*f));
-        f->super.on_setup_ostream = errfilter_setup;
+    s->max_body = opts && opts->max_body ? opts->max_body : 16u << 20;
+    s->server_name = td_strdup(opts && opts->server_name ? opts->server_name : "tandem");
+    if (!s->server_name) {
+        free(s);
+        return NULL;
     }
-    h2o_context_init(&s->ctx, loop, &s->config);
-    s->accept_ctx.ctx = &s->ctx;
-    s->accept_ctx.hosts = s->config.hosts;
-    uv_timer_init(loop, &s->sentinel);
-    s->sentinel.data = s;
-    s->watch_tail = &s->watches;
-    uv_timer_init(loop, &s->watch_timer);
-    s->watch_timer.data = s;
     uv_idle_init(loop, &s->flush);
     s->flush.data = s;
     return s;
@@ -636,158 +1163,6 @@ int td_http_route(td_http_server_t *s, const char *path, td_http_handler_fn fn, 
     r->next = s->routes;
     s->routes = r;
     return 0;
-}
-
-static void server_maybe_free(td_http_server_t *s);
-
-static void conn_handle_closed(uv_handle_t *h)
-{
-    conn_t *c = h->data;
-    if (--c->open > 0)
-        return;
-    td_http_server_t *s = c->server;
-    free(c->peek);
-    free(c);
-    s->n_conns--;
-    server_maybe_free(s);
-}
-
-/* h2o closes the tcp handle with this (its data pointer is h2o's then). */
-static void on_conn_closed(uv_handle_t *h)
-{
-    conn_t *c = (conn_t *)h;
-    h->data = c;
-    conn_handle_closed(h);
-}
-
-static void peek_unlink(conn_t *c)
-{
-    if (!c->peeking)
-        return;
-    c->peeking = false;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        c->server->peeking = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    uv_timer_stop(&c->timer);
-    uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
-}
-
-/* Close a connection h2o never saw. */
-static void peek_close(conn_t *c)
-{
-    peek_unlink(c);
-    if (!uv_is_closing((uv_handle_t *)&c->tcp))
-        uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
-}
-
-static void on_peek_timeout(uv_timer_t *t)
-{
-    peek_close(t->data);
-}
-
-static void on_bad_request_sent(uv_write_t *w, int status)
-{
-    peek_close(w->data);
-}
-
-static void bad_request(conn_t *c)
-{
-    static const char body[] =
-        "{\"error\":{\"message\":\"the request is not HTTP/1.x: its request line or headers "
-        "do not parse\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":"
-        "\"bad_request\"}}";
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    /* the response replaces the peeked bytes, which are no longer needed */
-    int n = snprintf(c->peek, PEEK_MAX,
-                     "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
-                     "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
-                     sizeof(body) - 1, body);
-    uv_buf_t b = uv_buf_init(c->peek, (unsigned)n);
-    c->wreq.data = c;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_bad_request_sent) != 0)
-        peek_close(c);
-}
-
-static void hand_to_h2o(conn_t *c)
-{
-    td_http_server_t *s = c->server;
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    peek_unlink(c);
-    h2o_socket_t *sock = h2o_uv_socket_create((uv_stream_t *)&c->tcp, on_conn_closed);
-    if (c->n_peek) {
-        h2o_iovec_t room = h2o_buffer_reserve(&sock->input, c->n_peek);
-        memcpy(room.base, c->peek, c->n_peek);
-        sock->input->size += c->n_peek;
-    }
-    free(c->peek);
-    c->peek = NULL;
-    h2o_accept(&s->accept_ctx, sock);
-}
-
-static void peek_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-    conn_t *c = h->data;
-    *buf = uv_buf_init(c->peek + c->n_peek, (unsigned)(PEEK_MAX - c->n_peek));
-}
-
-static void peek_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
-{
-    conn_t *c = st->data;
-    if (nread < 0) {
-        peek_close(c);
-        return;
-    }
-    c->n_peek += (size_t)nread;
-    if (c->n_peek == 0)
-        return;
-    static const char h2[] = "PRI * HTTP/2";
-    if (c->n_peek >= sizeof(h2) - 1 && memcmp(c->peek, h2, sizeof(h2) - 1) == 0) {
-        hand_to_h2o(c); /* h2o answers HTTP/2's preface itself */
-        return;
-    }
-    const char *m, *p;
-    size_t ml, pl, nh = 100;
-    int minor;
-    struct phr_header hdr[100];
-    int r = phr_parse_request(c->peek, c->n_peek, &m, &ml, &p, &pl, &minor, hdr, &nh, 0);
-    if (r == -1)
-        bad_request(c);
-    else if (r >= 0 || c->n_peek == PEEK_MAX)
-        hand_to_h2o(c);
-}
-
-static void on_accept(uv_stream_t *listener, int status)
-{
-    td_http_server_t *s = listener->data;
-    if (status != 0 || s->closing)
-        return;
-    conn_t *c = calloc(1, sizeof(*c));
-    if (!c)
-        return;
-    c->server = s;
-    uv_tcp_init(s->loop, &c->tcp);
-    c->tcp.data = c;
-    c->open = 1;
-    s->n_conns++;
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 || !(c->peek = malloc(PEEK_MAX))) {
-        uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
-        return;
-    }
-    uv_tcp_nodelay(&c->tcp, 1);
-    uv_timer_init(s->loop, &c->timer);
-    c->timer.data = c;
-    c->open = 2;
-    c->peeking = true;
-    c->next = s->peeking;
-    if (c->next)
-        c->next->prev = c;
-    s->peeking = c;
-    uv_timer_start(&c->timer, on_peek_timeout, PEEK_TIMEOUT_MS, 0);
-    if (uv_read_start((uv_stream_t *)&c->tcp, peek_alloc, peek_read) != 0)
-        peek_close(c);
 }
 
 int td_http_listen(td_http_server_t *s, const char *addr)
@@ -821,7 +1196,7 @@ int td_http_port(const td_http_server_t *s)
     return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
-static void on_sentinel_closed(uv_handle_t *h)
+static void on_flush_closed(uv_handle_t *h)
 {
     td_http_server_t *s = h->data;
     for (route_t *r = s->routes, *n; r; r = n) {
@@ -829,46 +1204,16 @@ static void on_sentinel_closed(uv_handle_t *h)
         free(r->path);
         free(r);
     }
-    free(s->config.server_name.base); /* ours (h2o_strdup), not freed by h2o_config_dispose */
-    h2o_config_dispose(&s->config);
+    free(s->server_name);
     free(s);
-}
-
-static bool h2o_idle(h2o_context_t *c)
-{
-    h2o_timeout_t *t[] = {&c->zero_timeout,       &c->one_sec_timeout,
-                                &c->hundred_ms_timeout, &c->handshake_timeout,
-                                &c->http1.req_timeout,  &c->http2.idle_timeout,
-                                &c->http2.graceful_shutdown_timeout, &c->proxy.io_timeout};
-    for (size_t i = 0; i < TD_ARRAY_LEN(t); i++)
-        if (!h2o_linklist_is_empty(&t[i]->_entries))
-            return false;
-    return true;
-}
-
-/* h2o_context_dispose requires every h2o timeout to be idle (graceful shutdown keeps one armed
- * for a while after the last connection closes), so the sentinel polls until they are. */
-static void on_sentinel(uv_timer_t *t)
-{
-    td_http_server_t *s = t->data;
-    if (!h2o_idle(&s->ctx))
-        return;
-    uv_timer_stop(t);
-    s->disposed = true;
-    streams_flush(s); /* streams whose connection closed with bytes queued: freed here */
-    /* libuv runs close callbacks newest first: closing the sentinel before h2o closes its own
-     * timers makes the sentinel's callback (which frees the server) run after theirs. */
-    uv_close((uv_handle_t *)&s->sentinel, on_sentinel_closed);
-    uv_close((uv_handle_t *)&s->flush, NULL); /* its close runs before the sentinel's */
-    h2o_context_dispose(&s->ctx);
 }
 
 static void server_maybe_free(td_http_server_t *s)
 {
-    if (!s->closing || s->disposed || s->n_conns || s->listening)
+    if (!s->closing || s->n_conns || s->listening || s->flush_closed)
         return;
-    if (!uv_is_active((uv_handle_t *)&s->sentinel))
-        uv_timer_start(&s->sentinel, on_sentinel, 0, 20);
+    s->flush_closed = true;
+    uv_close((uv_handle_t *)&s->flush, on_flush_closed);
 }
 
 static void on_listener_closed(uv_handle_t *h)
@@ -883,16 +1228,14 @@ void td_http_server_close(td_http_server_t *s)
     if (!s || s->closing)
         return;
     s->closing = true;
-    while (s->watches) {
-        watch_t *w = s->watches;
-        s->watches = w->next;
-        free(w);
+    /* connections between requests close now; one handling a request closes after its answer */
+    for (conn_t *c = s->conns, *n; c; c = n) {
+        n = c->next;
+        if (c->state == C_HANDLING)
+            c->keep_alive = false;
+        else
+            conn_close(c);
     }
-    s->watch_tail = &s->watches;
-    uv_close((uv_handle_t *)&s->watch_timer, NULL); /* closes long before the sentinel */
-    h2o_context_request_shutdown(&s->ctx);
-    while (s->peeking) /* connections that have sent no request yet */
-        peek_close(s->peeking);
     if (s->listening)
         uv_close((uv_handle_t *)&s->listener, on_listener_closed);
     else

@@ -1,10 +1,13 @@
 /* td_http.h: the HTTP/1.1 server every daemon runs (the router's API, every daemon's /metrics and
- * /health), built on libh2o's libuv flavour so it shares the daemon's event loop.
+ * /health), on the daemon's libuv loop (request heads parsed by picohttpparser, from libh2o).
  *
  * Routes are exact paths. A handler answers at once (td_http_respond*) or starts a stream
  * (td_http_stream_start) that the daemon feeds later from the loop (server-sent events). Request
- * bodies arrive whole, up to `max_body` bytes; larger ones are refused with 413 before the
- * handler runs. A client that goes away mid-stream triggers the stream's on_cancel.
+ * bodies (sized or chunked) arrive whole, up to `max_body` bytes; larger ones are refused with 413
+ * before the handler runs. Keep-alive, pipelining, HEAD and HTTP/1.0 clients are served; errors
+ * the server answers itself (400, 413, 417, 431) have OpenAI-style JSON bodies. Connections are
+ * read throughout, so a client that goes away is seen at once: mid-stream it triggers the stream's
+ * on_cancel, before its answer the watch's on_gone.
  *
  * Threading: loop thread only. Ownership: a td_http_req_t is valid until it has been answered
  * (or, when streaming, until td_http_stream_end); response bytes are copied.
@@ -52,8 +55,8 @@ const char *td_http_header(const td_http_req_t *r, const char *name, size_t *len
 void td_http_peer(const td_http_req_t *r, char *out, size_t n);
 
 /* Watch the client of a request not answered yet (a whole response built later): if it closes
- * its connection first, on_gone(ud) runs once, from the loop (within about 200 ms). Answering the
- * request (td_http_respond*, td_http_stream_start) ends the watch. 0 or TD_ENOMEM. */
+ * (or shuts down its sending side of) its connection first, on_gone(ud) runs once, from the loop.
+ * Answering the request (td_http_respond*, td_http_stream_start) ends the watch. Returns 0. */
 int td_http_req_watch(td_http_req_t *r, void (*on_gone)(void *ud), void *ud);
 
 /* Add a response header before responding. */

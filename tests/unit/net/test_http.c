@@ -1,6 +1,8 @@
 /* test_http.c: the HTTP server on a real loop thread, driven by plain blocking sockets from the
- * test: routes, bodies, 404/413 error bodies, headers, chunked streaming, client cancellation,
- * malformed requests that must not disturb other clients. */
+ * test: routes, bodies (sized and chunked, Expect: 100-continue), 404/413 error bodies, headers,
+ * chunked streaming, keep-alive and pipelining, HEAD, HTTP/1.0, half-closed clients, client
+ * cancellation of streams and of watched requests, malformed requests that must not disturb other
+ * clients. */
 #include "td_http.h"
 #include "td_util.h"
 
@@ -111,6 +113,20 @@ static void h_sse(td_http_req_t *r, void *ud)
     uv_timer_start(&s->timer, sse_tick, 5, 5);
 }
 
+/* a request answered only when its client leaves (td_http_req_watch) */
+static _Atomic int gone;
+
+static void hold_gone(void *ud)
+{
+    atomic_fetch_add(&gone, 1);
+    td_http_respond((td_http_req_t *)ud, 499, "text/plain", "", 0);
+}
+
+static void h_hold(td_http_req_t *r, void *ud)
+{
+    td_http_req_watch(r, hold_gone, r);
+}
+
 static void on_stop(uv_async_t *a)
 {
     td_http_server_close(server);
@@ -132,6 +148,7 @@ static void setup(void)
     td_http_route(server, "/echo", h_echo, NULL);
     td_http_route(server, "/sse", h_sse, NULL);
     td_http_route(server, "/endless", h_sse, (void *)1);
+    td_http_route(server, "/hold", h_hold, NULL);
     ck_assert_int_eq(td_http_listen(server, "127.0.0.1:0"), 0);
     port = td_http_port(server);
     ck_assert_int_gt(port, 0);
@@ -282,7 +299,7 @@ START_TEST(test_cancel_and_garbage)
     const char junk[] = "\x01\x02 NOT HTTP\r\n\r\n";
     char *r = roundtrip(junk, sizeof(junk) - 1);
     ck_assert_msg(td_str_startswith(r, "HTTP/1.1 400") &&
-                      strstr(r, "Content-Type: application/json\r\n") &&
+                      strstr(r, "content-type: application/json\r\n") &&
                       strstr(r, "\r\n\r\n{\"error\":{\"message\":") &&
                       strstr(r, "\"code\":\"bad_request\"}}"),
                   "%s", r);
@@ -439,6 +456,185 @@ START_TEST(test_slowloris)
 }
 END_TEST
 
+
+/* Read from fd until `want` complete responses (by their Content-Length or chunked end) are in. */
+static char *read_responses(int fd, int want)
+{
+    td_buf_t b;
+    td_buf_init(&b);
+    char tmp[4096];
+    for (;;) {
+        int seen = 0;
+        const char *p = b.data;
+        while (p && seen < want) {
+            const char *eoh = strstr(p, "\r\n\r\n");
+            if (!eoh)
+                break;
+            const char *cl = strstr(p, "content-length: ");
+            if (cl && cl < eoh) {
+                size_t n = strtoul(cl + 16, NULL, 10);
+                if ((size_t)(b.data + b.len - (eoh + 4)) < n)
+                    break;
+                p = eoh + 4 + n;
+            } else {
+                const char *end = strstr(eoh, "\r\n0\r\n\r\n");
+                if (!end)
+                    break;
+                p = end + 7;
+            }
+            seen++;
+        }
+        if (seen == want)
+            break;
+        ssize_t n = read(fd, tmp, sizeof(tmp));
+        if (n <= 0)
+            break;
+        td_buf_append(&b, tmp, (size_t)n);
+    }
+    return td_buf_steal(&b, NULL);
+}
+
+static int count(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+START_TEST(test_keepalive_and_pipelining)
+{
+    /* two requests one after the other on one connection */
+    int fd = dial();
+    const char h[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(write(fd, h, sizeof(h) - 1), (ssize_t)sizeof(h) - 1);
+        char *r = read_responses(fd, 1);
+        ck_assert_msg(td_str_startswith(r, "HTTP/1.1 200 OK\r\n") && td_str_endswith(r, "ok\n") &&
+                          !strstr(r, "connection: close"),
+                      "request %d: %s", i, r);
+        free(r);
+    }
+    /* three pipelined in one write, a streamed one among them: answered in order, then closed */
+    const char three[] = "GET /sse HTTP/1.1\r\nHost: x\r\n\r\n"
+                         "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+                         "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    ck_assert_int_eq(write(fd, three, sizeof(three) - 1), (ssize_t)sizeof(three) - 1);
+    char *r = read_all(fd);
+    close(fd);
+    const char *sse = strstr(r, "text/event-stream");
+    const char *echo = strstr(r, "\r\n\r\nhello");
+    const char *health = strstr(r, "\r\n\r\nok\n");
+    ck_assert_msg(sse && echo && health && sse < echo && echo < health &&
+                      count(r, "HTTP/1.1 200 OK\r\n") == 3 && td_str_endswith(r, "ok\n"),
+                  "%s", r);
+    char *body = dechunk(r);
+    ck_assert(td_str_startswith(body, "data: {\"i\":0}\n\ndata: {\"i\":1}\n\ndata: {\"i\":2}\n\n"));
+    free(body);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_chunked_body_and_expect)
+{
+    /* a chunked body (with an extension and a trailer) arrives whole, decoded */
+    const char req[] = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                       "Connection: close\r\n\r\n"
+                       "5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n";
+    char *r = roundtrip(req, sizeof(req) - 1);
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 200 OK\r\n") &&
+                      strstr(r, "content-length: 11\r\n") && td_str_endswith(r, "hello world"),
+                  "%s", r);
+    free(r);
+    /* Expect: 100-continue gets the interim answer before the body is sent */
+    int fd = dial();
+    const char head[] = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+                        "Expect: 100-continue\r\nConnection: close\r\n\r\n";
+    ck_assert_int_eq(write(fd, head, sizeof(head) - 1), (ssize_t)sizeof(head) - 1);
+    char tmp[64];
+    const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    ssize_t n = read(fd, tmp, sizeof(cont) - 1);
+    ck_assert_int_eq(n, (ssize_t)sizeof(cont) - 1);
+    ck_assert(memcmp(tmp, cont, sizeof(cont) - 1) == 0);
+    ck_assert_int_eq(write(fd, "abc", 3), 3);
+    r = read_all(fd);
+    close(fd);
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 200 OK\r\n") && td_str_endswith(r, "abc"), "%s", r);
+    free(r);
+    /* framing a server cannot trust: refused */
+    static const char *const bad[] = {
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
+        "3\r\nabc\r\n0\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: something\r\nContent-Length: 1\r\n\r\na",
+    };
+    for (size_t i = 0; i < TD_ARRAY_LEN(bad); i++) {
+        r = roundtrip(bad[i], strlen(bad[i]));
+        ck_assert_msg((td_str_startswith(r, "HTTP/1.1 400 ") || td_str_startswith(r, "HTTP/1.1 417 ")) &&
+                          strstr(r, "{\"error\":{\"message\":"),
+                      "case %zu: %s", i, r);
+        free(r);
+    }
+    assert_health_ok();
+}
+END_TEST
+
+START_TEST(test_head_http10_halfclose)
+{
+    /* HEAD: the headers a GET would get, no body */
+    const char head[] = "HEAD /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    char *r = roundtrip(head, sizeof(head) - 1);
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 200 OK\r\n") && strstr(r, "content-length: 3\r\n") &&
+                      td_str_endswith(r, "\r\n\r\n"),
+                  "%s", r);
+    free(r);
+    /* HTTP/1.0: a stream is sent unframed and ended by the close */
+    const char old[] = "GET /sse HTTP/1.0\r\n\r\n";
+    r = roundtrip(old, sizeof(old) - 1);
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 200 OK\r\n") && !strstr(r, "transfer-encoding") &&
+                      td_str_endswith(r, "\r\n\r\ndata: {\"i\":0}\n\ndata: {\"i\":1}\n\n"
+                                         "data: {\"i\":2}\n\n"),
+                  "%s", r);
+    free(r);
+    /* HTTP/1.0 keep-alive on request */
+    int fd = dial();
+    const char ka[] = "GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    ck_assert_int_eq(write(fd, ka, sizeof(ka) - 1), (ssize_t)sizeof(ka) - 1);
+    r = read_responses(fd, 1);
+    ck_assert_msg(strstr(r, "connection: keep-alive\r\n") && td_str_endswith(r, "ok\n"), "%s", r);
+    free(r);
+    close(fd);
+    /* a client that sends two requests and shuts its side gets both answers, then the close */
+    fd = dial();
+    const char two[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    ck_assert_int_eq(write(fd, two, sizeof(two) - 1), (ssize_t)sizeof(two) - 1);
+    shutdown(fd, SHUT_WR);
+    r = read_all(fd);
+    close(fd);
+    ck_assert_msg(count(r, "HTTP/1.1 200 OK\r\n") == 2, "%s", r);
+    free(r);
+}
+END_TEST
+
+START_TEST(test_watch_sees_close)
+{
+    /* a watched request whose client leaves: its owner is told (reading never stops) */
+    int before = atomic_load(&gone);
+    int fd = dial();
+    const char req[] = "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n";
+    ck_assert_int_eq(write(fd, req, sizeof(req) - 1), (ssize_t)sizeof(req) - 1);
+    usleep(20000);
+    ck_assert_int_eq(atomic_load(&gone), before);
+    close(fd);
+    for (int i = 0; i < 500 && atomic_load(&gone) == before; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&gone), before + 1);
+    assert_health_ok();
+}
+END_TEST
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* as every daemon does (td_daemon_start) */
@@ -453,6 +649,10 @@ int main(void)
     tcase_add_test(tc, test_oversize_body_then_next);
     tcase_add_test(tc, test_invalid_request_lines);
     tcase_add_test(tc, test_slowloris);
+    tcase_add_test(tc, test_keepalive_and_pipelining);
+    tcase_add_test(tc, test_chunked_body_and_expect);
+    tcase_add_test(tc, test_head_http10_halfclose);
+    tcase_add_test(tc, test_watch_sees_close);
     suite_add_tcase(s, tc);
     return td_check_run(s);
 }
