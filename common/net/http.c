@@ -59,7 +59,7 @@ ssize_t phr_decode_chunked(struct phr_chunked_decoder *decoder, char *buf, size_
 enum {
     HEAD_MAX = 64 << 10,     /* bytes of a request head */
     HEADERS_MAX = 100,       /* header lines of a request */
-    READ_ROOM = 16 << 10,    /* free bytes offered to each read at least */
+    READ_BUF = 64 << 10,     /* the server's read buffer: every read lands there first */
     KEEP_CAP = 256 << 10,    /* a buffer grown past this by a burst is released when emptied */
     REQ_TIMEOUT_MS = 10000,  /* a request head, or a body's next bytes, must come within this */
     LINGER_MS = 2000,        /* longest wait for the client's close after the last response */
@@ -150,6 +150,7 @@ struct td_http_server {
     bool listening;
     bool closing;
     bool flush_closed;
+    char *rbuf;     /* [READ_BUF], shared by the connections (one loop thread) */
     time_t date_at; /* the second `date` was formatted for */
     char date[40];
 };
@@ -778,26 +779,25 @@ static bool span_is(const char *base, span_t s, const char *lit)
     return s.len == n && strncasecmp(base + s.off, lit, n) == 0;
 }
 
-/* Move the request's bytes [0, total) from `in` to req.raw (by taking the storage when they are
- * all of it) and hand the request to its route. */
+/* Move the request's bytes [0, total) from `in` to req.raw and hand the request to its route.
+ * Both buffers keep their storage from request to request (a burst's is released). */
 static void dispatch(conn_t *c, size_t total)
 {
     td_http_req_t *r = &c->req;
+    if (r->raw.cap > KEEP_CAP)
+        td_buf_free(&r->raw);
+    td_buf_reset(&r->raw);
+    if (td_buf_append(&r->raw, c->in.data, total) != 0) {
+        error_close(c, 500, NULL, "out of memory for a request of %zu bytes", total);
+        return;
+    }
     if (total == c->in.len) {
-        td_buf_t t = r->raw;
-        r->raw = c->in;
-        c->in = t;
-        td_buf_reset(&c->in);
+        buf_trim(&c->in);
     } else {
-        td_buf_reset(&r->raw);
-        if (td_buf_append(&r->raw, c->in.data, total) != 0) {
-            error_close(c, 500, NULL, "out of memory for a request of %zu bytes", total);
-            return;
-        }
         memmove(c->in.data, c->in.data + total, c->in.len - total);
         c->in.len -= total;
+        c->in.data[c->in.len] = '\0';
     }
-    r->raw.data[total] = '\0';
     c->last_len = 0;
     c->state = C_HANDLING;
     r->answered = false;
@@ -1000,16 +1000,12 @@ static void process_input(conn_t *c)
     }
 }
 
+/* Reads land in the server's buffer and are copied into the connection's `in`, which then holds
+ * only what is pending (an idle keep-alive connection holds a request's worth, not a read's). */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     conn_t *c = h->data;
-    if (c->state == C_LINGER)
-        td_buf_reset(&c->in); /* read to be dropped */
-    if (c->in.cap - c->in.len < READ_ROOM && td_buf_reserve(&c->in, READ_ROOM) != 0) {
-        *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
-        return;
-    }
-    *buf = uv_buf_init(c->in.data + c->in.len, (unsigned)(c->in.cap - c->in.len - 1));
+    *buf = uv_buf_init(c->s->rbuf, READ_BUF);
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
@@ -1032,12 +1028,11 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         }
         return;
     }
-    if (nread == 0)
+    if (nread == 0 || c->state == C_LINGER) /* LINGER: read to be dropped */
         return;
-    c->in.len += (size_t)nread;
-    c->in.data[c->in.len] = '\0';
-    if (c->state == C_LINGER) {
-        td_buf_reset(&c->in);
+    if (td_buf_append(&c->in, buf->base, (size_t)nread) != 0) {
+        TD_LOG_W("http: out of memory for %zd bytes read: closing", nread);
+        peer_gone(c);
         return;
     }
     if (c->state == C_HANDLING) {
@@ -1145,6 +1140,11 @@ td_http_server_t *td_http_server_new(uv_loop_t *loop, const td_http_opts_t *opts
         free(s);
         return NULL;
     }
+    if (!(s->rbuf = malloc(READ_BUF))) {
+        free(s->server_name);
+        free(s);
+        return NULL;
+    }
     uv_idle_init(loop, &s->flush);
     s->flush.data = s;
     return s;
@@ -1205,6 +1205,7 @@ static void on_flush_closed(uv_handle_t *h)
         free(r);
     }
     free(s->server_name);
+    free(s->rbuf);
     free(s);
 }
 
