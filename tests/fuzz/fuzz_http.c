@@ -2,8 +2,8 @@
  * client sends on one TCP connection (request lines, headers, sized or chunked bodies, pipelined
  * requests, garbage).
  *
- * One server, created on the first input and reused, listens on 127.0.0.1:0 on a loop that this thread runs; the client is a uv_tcp_t on
- * the same loop. Routes: /health answers inline, /stream streams three chunks across loop turns,
+ * One server, created on the first input and reused, listens on 127.0.0.1:0 on a loop that this
+ * thread runs; the client is a uv_tcp_t on the same loop. Routes: /health answers inline, /stream streams three chunks across loop turns,
  * /len answers with the body's length and reads every request accessor. How the client sends is
  * chosen by a hash of the input (so a replayed input behaves the same): in one, two or three
  * writes with loop turns between them (the parser sees partial requests), then either a
