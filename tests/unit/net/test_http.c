@@ -635,6 +635,51 @@ START_TEST(test_watch_sees_close)
 }
 END_TEST
 
+
+START_TEST(test_pipelined_backlog)
+{
+    /* a stream, then more pipelined requests than a connection buffers while one is handled
+     * (a head's 64 KiB plus max_body): reading pauses, resumes after the stream, and every
+     * request is answered in order */
+    enum { N = 3000 };
+    td_buf_t b;
+    td_buf_init(&b);
+    td_buf_printf(&b, "GET /sse HTTP/1.1\r\nHost: x\r\n\r\n");
+    for (int i = 0; i < N; i++)
+        td_buf_printf(&b, "GET /health?i=%d HTTP/1.1\r\nHost: x\r\n%s\r\n", i,
+                      i == N - 1 ? "Connection: close\r\n" : "");
+    ck_assert_uint_gt(b.len, (64u << 10) + 1024);
+    int fd = dial();
+    /* sent without blocking, reading what comes back meanwhile: the server answers while the
+     * client is still sending */
+    size_t off = 0;
+    td_buf_t got;
+    td_buf_init(&got);
+    char tmp[65536];
+    while (off < b.len) {
+        ssize_t w = send(fd, b.data + off, b.len - off, MSG_DONTWAIT);
+        if (w > 0)
+            off += (size_t)w;
+        ssize_t r = recv(fd, tmp, sizeof(tmp), MSG_DONTWAIT);
+        if (r > 0)
+            td_buf_append(&got, tmp, (size_t)r);
+        if (w <= 0 && r <= 0)
+            usleep(1000);
+    }
+    char *rest = read_all(fd);
+    close(fd);
+    td_buf_append_str(&got, rest);
+    free(rest);
+    ck_assert_int_eq(count(got.data, "HTTP/1.1 200 OK\r\n"), N + 1);
+    ck_assert_int_eq(count(got.data, "\r\n\r\nok\n"), N);
+    ck_assert_ptr_nonnull(strstr(got.data, "text/event-stream"));
+    ck_assert(strstr(got.data, "text/event-stream") < strstr(got.data, "\r\n\r\nok\n"));
+    ck_assert(td_str_endswith(got.data, "ok\n"));
+    td_buf_free(&got);
+    td_buf_free(&b);
+}
+END_TEST
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* as every daemon does (td_daemon_start) */
@@ -653,6 +698,7 @@ int main(void)
     tcase_add_test(tc, test_chunked_body_and_expect);
     tcase_add_test(tc, test_head_http10_halfclose);
     tcase_add_test(tc, test_watch_sees_close);
+    tcase_add_test(tc, test_pipelined_backlog);
     suite_add_tcase(s, tc);
     return td_check_run(s);
 }
