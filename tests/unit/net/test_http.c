@@ -350,6 +350,14 @@ START_TEST(test_oversize_body_then_next)
     ck_assert_ptr_null(strstr(r + 1, "HTTP/1.1 "));
     free(r);
     assert_health_ok();
+    /* a large body behind the refusal: read and dropped, so the 413 is not lost to a reset */
+    td_buf_reset(&b);
+    td_buf_printf(&b, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n");
+    while (b.len < 4000000)
+        td_buf_append(&b, "abcdefghijklmnopqrstuvwxyz012345", 32);
+    r = roundtrip(b.data, b.len);
+    ck_assert_msg(td_str_startswith(r, "HTTP/1.1 413 ") && strstr(r, "request_too_large"), "%s", r);
+    free(r);
     /* a chunked body that grows past max_body: 413 too */
     td_buf_reset(&b);
     td_buf_printf(&b, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
