@@ -459,8 +459,15 @@ static void head_write(conn_t *c, int status, const char *content_type, size_t l
 {
     td_http_req_t *r = &c->req;
     td_buf_t *o = &c->out;
-    td_buf_printf(o, "HTTP/1.1 %d %s\r\ndate: %s\r\nserver: %s\r\n", status,
-                  reason_phrase(status), http_date(c->s), c->s->server_name);
+    td_buf_append(o, "HTTP/1.1 ", 9); /* appends, not printf: once per response */
+    td_buf_append_i64(o, status);
+    td_buf_append_char(o, ' ');
+    td_buf_append_str(o, reason_phrase(status));
+    td_buf_append_str(o, "\r\ndate: ");
+    td_buf_append_str(o, http_date(c->s));
+    td_buf_append_str(o, "\r\nserver: ");
+    td_buf_append_str(o, c->s->server_name);
+    td_buf_append(o, "\r\n", 2);
     if (content_type) {
         td_buf_append_str(o, "content-type: ");
         td_buf_append_str(o, content_type);
