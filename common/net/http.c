@@ -1,6 +1,6 @@
-/* http.c: the HTTP/1.1 server on libuv: exact-path routes, whole bodies (sized or chunked),
- * inline and streamed responses, OpenAI-style error bodies. Request heads and chunked bodies are
- * parsed by picohttpparser (the parser inside libh2o); the connection handling is this file's.
+/* http.c: the HTTP/1.1 server on libuv (td_http.h): connections, writing, inline and streamed
+ * responses, OpenAI-style error bodies, the listener. Requests (heads, bodies, the accessors, the
+ * route) are http_parse.c's.
  *
  * A connection is read all the time, also while its request is being handled: bytes of a
  * pipelined request wait in its buffer, and a client that closes or resets is seen at once (its
@@ -17,143 +17,20 @@
  *            a reset caused by unread bytes
  * Output gathered in one loop iteration leaves in one write: inline answers at the end of the
  * read callback, everything else from one idle handle per server at the next iteration. */
-#include "td_http.h"
+#include "http_impl.h"
 #include "td_error.h"
 #include "td_log.h"
 #include "td_util.h"
 
-#include <errno.h>
 #include <json-c/json.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include "td_rpc.h" /* td_rpc_addr_parse */
-
-/* picohttpparser, exported by libh2o (libh2o-dev ships no header for it). */
-struct phr_header {
-    const char *name;
-    size_t name_len;
-    const char *value;
-    size_t value_len;
-};
-/* The decoder's fields as in every picohttpparser release; newer ones append counters, which
- * `reserve` leaves room for. Zeroed before a body. */
-struct phr_chunked_decoder {
-    size_t bytes_left_in_chunk;
-    char consume_trailer;
-    char hex_count;
-    char state;
-    uint64_t reserve[4];
-};
-int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len,
-                      const char **path, size_t *path_len, int *minor_version,
-                      struct phr_header *headers, size_t *num_headers, size_t last_len);
-ssize_t phr_decode_chunked(struct phr_chunked_decoder *decoder, char *buf, size_t *bufsz);
-
-enum {
-    HEAD_MAX = 64 << 10,     /* bytes of a request head */
-    HEADERS_MAX = 100,       /* header lines of a request */
-    READ_BUF = 64 << 10,     /* the server's read buffer: every read lands there first */
-    KEEP_CAP = 256 << 10,    /* a buffer grown past this by a burst is released when emptied */
-    REQ_TIMEOUT_MS = 10000,  /* a request head, or a body's next bytes, must come within this */
-    LINGER_MS = 2000,        /* longest wait for the client's close after the last response */
-};
-
-enum { C_HEAD, C_BODY, C_CHUNKED, C_HANDLING, C_LINGER };
-
-typedef struct span {
-    uint32_t off, len;
-} span_t;
-
-struct td_http_req {
-    struct conn *c;
-    td_buf_t raw; /* the request's bytes: head, then the (decoded) body */
-    span_t method, path, query, hname[HEADERS_MAX], hval[HEADERS_MAX];
-    bool has_query;
-    size_t nh;
-    size_t body_off, body_len;
-    td_buf_t hdrs; /* response headers added by the handler, "name: value\r\n" each */
-    bool answered;
-    bool head_only; /* HEAD: the response goes without its body */
-    bool http10;
-    void (*on_gone)(void *ud); /* td_http_req_watch */
-    void *gone_ud;
-    bool gone_due; /* the client was gone when the watch began: told from the idle pass */
-};
-
-struct td_http_stream {
-    struct conn *c;
-    td_buf_t pending; /* bytes queued this iteration, unframed */
-    bool active;      /* started, its end not written yet */
-    bool ended;       /* td_http_stream_end called */
-    bool canceled;
-    bool chunked; /* HTTP/1.1: chunked framing; HTTP/1.0: raw bytes until the close */
-    void (*on_cancel)(td_http_stream_t *st, void *ud);
-    void *ud;
-};
-
-typedef struct conn {
-    uv_tcp_t tcp; /* must be first */
-    uv_timer_t timer;
-    uv_shutdown_t shut;
-    td_http_server_t *s;
-    struct conn *prev, *next;       /* the server's connections */
-    struct conn *dirty_next;        /* the server's `dirty` list */
-    int state;
-    int open;        /* libuv handles not closed yet */
-    int hold;        /* callbacks running that may answer: not freed under them */
-    bool dirty;      /* on the dirty list */
-    bool parsing;    /* in process_input: answers are written when it returns */
-    bool resume;     /* parse buffered input at the next idle pass */
-    bool closing;    /* handles being closed */
-    bool keep_alive; /* the current request allows another after it */
-    bool peer_eof;   /* the client closed (or reset) its side */
-    bool reading;
-    bool shut_done;
-    td_buf_t in;    /* bytes read and not yet given to a request */
-    size_t last_len; /* of `in`, seen by the last incomplete head parse */
-    size_t head_len; /* BODY, CHUNKED: the head's bytes at the front of `in` */
-    size_t body_len; /* BODY: Content-Length; CHUNKED: decoded so far (after the head) */
-    size_t raw_at;   /* CHUNKED: where the bytes not decoded yet start */
-    bool expect_continue;
-    struct phr_chunked_decoder dec;
-    td_buf_t out; /* framed bytes to write, ahead of the stream's pending ones */
-    size_t wq;    /* bytes handed to uv_write and not written yet */
-    struct td_http_req req;
-    struct td_http_stream st;
-} conn_t;
-
-typedef struct route {
-    char *path;
-    size_t path_len;
-    td_http_handler_fn fn;
-    void *ud;
-    struct route *next;
-} route_t;
-
-struct td_http_server {
-    uv_loop_t *loop;
-    size_t max_body;
-    char *server_name;
-    route_t *routes;
-    uv_tcp_t listener;
-    uv_idle_t flush; /* active while `dirty` holds connections: writes them next iteration */
-    conn_t *dirty;
-    conn_t *conns;
-    size_t n_conns;
-    bool listening;
-    bool closing;
-    bool flush_closed;
-    char *rbuf;     /* [READ_BUF], shared by the connections (one loop thread) */
-    time_t date_at; /* the second `date` was formatted for */
-    char date[40];
-};
 
 typedef struct write_req {
     uv_write_t req;
@@ -168,7 +45,6 @@ static void conn_defer(conn_t *c);
 static void on_flush(uv_idle_t *h);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf);
-static void process_input(conn_t *c);
 static void server_maybe_free(td_http_server_t *s);
 
 static const char *reason_phrase(int status)
@@ -264,7 +140,7 @@ static void on_timeout(uv_timer_t *t)
     conn_close(t->data);
 }
 
-static void timer_arm(conn_t *c, uint64_t ms)
+void td__http_timer_arm(conn_t *c, uint64_t ms)
 {
     if (!c->closing)
         uv_timer_start(&c->timer, on_timeout, ms, 0);
@@ -357,7 +233,7 @@ static void conn_write(conn_t *c, uv_buf_t *iov, unsigned n)
     c->wq += at;
 }
 
-static void buf_trim(td_buf_t *b)
+void td__http_buf_trim(td_buf_t *b)
 {
     td_buf_reset(b);
     if (b->cap > KEEP_CAP)
@@ -396,9 +272,9 @@ static void conn_flush(conn_t *c)
     c->hold++;
     conn_write(c, iov, n);
     c->hold--;
-    buf_trim(&c->out);
+    td__http_buf_trim(&c->out);
     if (body)
-        buf_trim(&st->pending);
+        td__http_buf_trim(&st->pending);
     if (end) {
         st->active = false;
         response_done(c);
@@ -438,7 +314,7 @@ static void flush_all(td_http_server_t *s)
         if (c->resume && !c->closing) {
             c->resume = false;
             c->parsing = true;
-            process_input(c);
+            td__http_process(c);
             c->parsing = false;
             conn_flush(c);
         }
@@ -492,40 +368,6 @@ static void head_write(conn_t *c, int status, const char *content_type, size_t l
     td_buf_reset(&r->hdrs);
 }
 
-/* An error the server itself answers (bad framing, limits), in the OpenAI shape, closing after. */
-static void error_close(conn_t *c, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void json_error_body(td_buf_t *b, const char *msg, const char *code)
-{
-    td_buf_append_str(b, "{\"error\":{\"message\":");
-    td_buf_append_json_string(b, msg, strlen(msg));
-    td_buf_append_str(b, ",\"type\":\"invalid_request_error\",\"param\":null,\"code\":");
-    if (code)
-        td_buf_printf(b, "\"%s\"}}", code);
-    else
-        td_buf_append_str(b, "null}}");
-}
-
-static void error_close(conn_t *c, int status, const char *code, const char *fmt, ...)
-{
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    td_buf_t body;
-    td_buf_init(&body);
-    json_error_body(&body, msg, code);
-    c->keep_alive = false;
-    c->req.http10 = false;
-    td_buf_reset(&c->req.hdrs);
-    head_write(c, status, "application/json", body.len, false);
-    td_buf_append(&c->out, body.data, body.len);
-    td_buf_free(&body);
-    conn_finish(c);
-}
-
 /* The response is complete (written or queued): next request, or the close. */
 static void response_done(conn_t *c)
 {
@@ -540,7 +382,7 @@ static void response_done(conn_t *c)
         conn_finish(c);
         return;
     }
-    timer_arm(c, REQ_TIMEOUT_MS);
+    td__http_timer_arm(c, REQ_TIMEOUT_MS);
     if (!c->reading && uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
         c->reading = true; /* paused while a pipelined backlog filled `in` */
     if (c->in.len && !c->parsing) { /* a pipelined request: parsed at the next idle pass */
@@ -577,14 +419,11 @@ void td_http_respond(td_http_req_t *r, int status, const char *content_type, con
     response_done(c);
 }
 
-void td_http_respond_error(td_http_req_t *r, int status, const char *type, const char *param,
-                           const char *code, const char *fmt, ...)
+static void respond_error_v(td_http_req_t *r, int status, const char *type, const char *param,
+                            const char *code, const char *fmt, va_list ap)
 {
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     json_object *err = json_object_new_object();
     json_object_object_add(err, "message", json_object_new_string(msg));
     json_object_object_add(err, "type", json_object_new_string(type ? type : "invalid_request_error"));
@@ -596,6 +435,29 @@ void td_http_respond_error(td_http_req_t *r, int status, const char *type, const
     const char *text = json_object_to_json_string_length(root, JSON_C_TO_STRING_PLAIN, &len);
     td_http_respond(r, status, "application/json", text, len);
     json_object_put(root);
+}
+
+void td_http_respond_error(td_http_req_t *r, int status, const char *type, const char *param,
+                           const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    respond_error_v(r, status, type, param, code, fmt, ap);
+    va_end(ap);
+}
+
+/* The same OpenAI-style body as td_http_respond_error; response_done sees keep_alive off and
+ * closes. */
+void td__http_error_close(conn_t *c, int status, const char *code, const char *fmt, ...)
+{
+    td_http_req_t *r = &c->req;
+    c->keep_alive = false;
+    r->http10 = r->head_only = false; /* a head that did not parse set neither */
+    td_buf_reset(&r->hdrs);
+    va_list ap;
+    va_start(ap, fmt);
+    respond_error_v(r, status, NULL, NULL, code, fmt, ap);
+    va_end(ap);
 }
 
 int td_http_req_watch(td_http_req_t *r, void (*on_gone)(void *ud), void *ud)
@@ -688,325 +550,6 @@ void td_http_stream_end(td_http_stream_t *st)
     conn_defer(c);
 }
 
-/* ---- requests ----------------------------------------------------------------------------- */
-
-static const char *at(const td_http_req_t *r, span_t s)
-{
-    return r->raw.data + s.off;
-}
-
-const char *td_http_method(const td_http_req_t *r, size_t *len)
-{
-    *len = r->method.len;
-    return at(r, r->method);
-}
-
-bool td_http_method_is(const td_http_req_t *r, const char *method)
-{
-    return r->method.len == strlen(method) && memcmp(at(r, r->method), method, r->method.len) == 0;
-}
-
-const char *td_http_path(const td_http_req_t *r, size_t *len)
-{
-    *len = r->path.len;
-    return at(r, r->path);
-}
-
-const char *td_http_query(const td_http_req_t *r, size_t *len)
-{
-    if (!r->has_query) {
-        *len = 0;
-        return NULL;
-    }
-    *len = r->query.len;
-    return at(r, r->query);
-}
-
-const char *td_http_body(const td_http_req_t *r, size_t *len)
-{
-    *len = r->body_len;
-    return r->body_len ? r->raw.data + r->body_off : "";
-}
-
-const char *td_http_header(const td_http_req_t *r, const char *name, size_t *len)
-{
-    size_t n = strlen(name);
-    for (size_t i = 0; i < r->nh; i++)
-        if (r->hname[i].len == n && strncasecmp(at(r, r->hname[i]), name, n) == 0) {
-            *len = r->hval[i].len;
-            return at(r, r->hval[i]);
-        }
-    return NULL;
-}
-
-void td_http_peer(const td_http_req_t *r, char *out, size_t n)
-{
-    struct sockaddr_storage ss;
-    int sl = sizeof(ss);
-    char host[64] = "?";
-    int port = 0;
-    if (uv_tcp_getpeername(&r->c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET) {
-            struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-            uv_ip4_name(sin, host, sizeof(host));
-            port = ntohs(sin->sin_port);
-        } else if (ss.ss_family == AF_INET6) {
-            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-            uv_ip6_name(sin6, host, sizeof(host));
-            port = ntohs(sin6->sin6_port);
-        }
-    }
-    snprintf(out, n, "%s:%d", host, port);
-}
-
-/* ---- reading and parsing ------------------------------------------------------------------ */
-
-static bool token_has(const char *v, size_t n, const char *tok)
-{
-    size_t tl = strlen(tok);
-    for (size_t i = 0; i < n;) {
-        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
-            i++;
-        size_t j = i;
-        while (j < n && v[j] != ',')
-            j++;
-        size_t e = j;
-        while (e > i && (v[e - 1] == ' ' || v[e - 1] == '\t'))
-            e--;
-        if (e - i == tl && strncasecmp(v + i, tok, tl) == 0)
-            return true;
-        i = j;
-    }
-    return false;
-}
-
-static bool span_is(const char *base, span_t s, const char *lit)
-{
-    size_t n = strlen(lit);
-    return s.len == n && strncasecmp(base + s.off, lit, n) == 0;
-}
-
-/* Move the request's bytes [0, total) from `in` to req.raw and hand the request to its route.
- * Both buffers keep their storage from request to request (a burst's is released). */
-static void dispatch(conn_t *c, size_t total)
-{
-    td_http_req_t *r = &c->req;
-    if (r->raw.cap > KEEP_CAP)
-        td_buf_free(&r->raw);
-    td_buf_reset(&r->raw);
-    if (td_buf_append(&r->raw, c->in.data, total) != 0) {
-        error_close(c, 500, NULL, "out of memory for a request of %zu bytes", total);
-        return;
-    }
-    if (total == c->in.len) {
-        buf_trim(&c->in);
-    } else {
-        memmove(c->in.data, c->in.data + total, c->in.len - total);
-        c->in.len -= total;
-        c->in.data[c->in.len] = '\0';
-    }
-    c->last_len = 0;
-    c->state = C_HANDLING;
-    r->answered = false;
-    uv_timer_stop(&c->timer);
-    td_http_server_t *s = c->s;
-    const char *path = at(r, r->path);
-    for (route_t *rt = s->routes; rt; rt = rt->next)
-        if (r->path.len == rt->path_len && memcmp(path, rt->path, rt->path_len) == 0) {
-            rt->fn(r, rt->ud);
-            return;
-        }
-    td_http_respond_error(r, 404, "not_found_error", NULL, "not_found", "no route for %.*s",
-                          (int)TD_MIN(r->path.len, 200), path);
-}
-
-/* The head at the front of `in` parsed (n bytes): fill the request, choose how its body comes.
- * false when it was refused (answered and closing). */
-static bool head_parsed(conn_t *c, int n, const char *m, size_t ml, const char *p, size_t pl,
-                        int minor, const struct phr_header *h, size_t nh)
-{
-    td_http_req_t *r = &c->req;
-    const char *base = c->in.data;
-    for (size_t i = 0; i < pl; i++)
-        if ((unsigned char)p[i] < 0x21 || p[i] == 0x7f) {
-            error_close(c, 400, "bad_request", "the request target holds a control byte");
-            return false;
-        }
-    r->method = (span_t){(uint32_t)(m - base), (uint32_t)ml};
-    /* absolute form (http://host/path): the path starts at the authority's end */
-    size_t skip = 0;
-    size_t scheme = pl >= 7 && strncasecmp(p, "http://", 7) == 0    ? 7
-                    : pl >= 8 && strncasecmp(p, "https://", 8) == 0 ? 8
-                                                                    : 0;
-    if (scheme) {
-        const char *slash = memchr(p + scheme, '/', pl - scheme);
-        skip = slash ? (size_t)(slash - p) : pl;
-    }
-    const char *path = p + skip;
-    size_t plen = pl - skip;
-    const char *q = memchr(path, '?', plen);
-    r->has_query = q != NULL;
-    r->path = (span_t){(uint32_t)(path - base), (uint32_t)(q ? (size_t)(q - path) : plen)};
-    r->query = q ? (span_t){(uint32_t)(q + 1 - base), (uint32_t)(plen - (size_t)(q - path) - 1)}
-                 : (span_t){0, 0};
-    r->nh = nh;
-    r->http10 = minor == 0;
-    r->head_only = ml == 4 && memcmp(m, "HEAD", 4) == 0;
-    r->on_gone = NULL;
-    r->gone_due = false;
-    td_buf_reset(&r->hdrs);
-    c->keep_alive = minor >= 1;
-    c->expect_continue = false;
-    bool chunked = false, have_len = false, te = false;
-    uint64_t len = 0;
-    for (size_t i = 0; i < nh; i++) {
-        if (!h[i].name) { /* obsolete line folding */
-            error_close(c, 400, "bad_request", "a folded header line");
-            return false;
-        }
-        r->hname[i] = (span_t){(uint32_t)(h[i].name - base), (uint32_t)h[i].name_len};
-        r->hval[i] = (span_t){(uint32_t)(h[i].value - base), (uint32_t)h[i].value_len};
-        const char *v = h[i].value;
-        size_t vl = h[i].value_len;
-        if (span_is(base, r->hname[i], "content-length")) {
-            uint64_t x = 0;
-            if (!vl || vl > 19) {
-                error_close(c, 400, "bad_request", "an invalid content-length");
-                return false;
-            }
-            for (size_t k = 0; k < vl; k++) {
-                if (v[k] < '0' || v[k] > '9') {
-                    error_close(c, 400, "bad_request", "an invalid content-length");
-                    return false;
-                }
-                x = x * 10 + (uint64_t)(v[k] - '0');
-            }
-            if (have_len && x != len) {
-                error_close(c, 400, "bad_request", "two different content-length headers");
-                return false;
-            }
-            have_len = true;
-            len = x;
-        } else if (span_is(base, r->hname[i], "transfer-encoding")) {
-            te = true;
-            chunked = vl >= 7 && strncasecmp(v + vl - 7, "chunked", 7) == 0 &&
-                      (vl == 7 || v[vl - 8] == ' ' || v[vl - 8] == ',' || v[vl - 8] == '\t');
-        } else if (span_is(base, r->hname[i], "connection")) {
-            if (token_has(v, vl, "close"))
-                c->keep_alive = false;
-            else if (minor == 0 && token_has(v, vl, "keep-alive"))
-                c->keep_alive = true;
-        } else if (span_is(base, r->hname[i], "expect")) {
-            if (vl == 12 && strncasecmp(v, "100-continue", 12) == 0)
-                c->expect_continue = minor >= 1;
-            else {
-                error_close(c, 417, NULL, "unsupported expectation");
-                return false;
-            }
-        }
-    }
-    if (te && (!chunked || have_len)) {
-        error_close(c, 400, "bad_request",
-                    chunked ? "both transfer-encoding and content-length"
-                            : "a transfer-encoding other than chunked");
-        return false;
-    }
-    c->head_len = (size_t)n;
-    r->body_off = (size_t)n;
-    r->body_len = 0;
-    if (chunked) {
-        c->state = C_CHUNKED;
-        c->body_len = 0;
-        c->raw_at = (size_t)n;
-        memset(&c->dec, 0, sizeof(c->dec));
-        c->dec.consume_trailer = 1;
-    } else if (have_len && len) {
-        if (len > c->s->max_body) {
-            error_close(c, 413, "request_too_large",
-                        "the request body is %llu bytes (the limit is %zu bytes)",
-                        (unsigned long long)len, c->s->max_body);
-            return false;
-        }
-        c->state = C_BODY;
-        c->body_len = (size_t)len;
-    } else {
-        c->state = C_BODY;
-        c->body_len = 0;
-    }
-    if (c->expect_continue && c->state == C_BODY && c->in.len - (size_t)n >= c->body_len)
-        c->expect_continue = false; /* the body is here already */
-    if (c->expect_continue) {
-        td_buf_append_str(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
-        c->expect_continue = false;
-    }
-    return true;
-}
-
-/* Parse and hand on every request `in` holds whole, while the connection is between requests. */
-static void process_input(conn_t *c)
-{
-    while (!c->closing && c->state != C_HANDLING && c->state != C_LINGER) {
-        if (c->state == C_HEAD) {
-            if (!c->in.len)
-                return;
-            const char *m, *p;
-            size_t ml, pl, nh = HEADERS_MAX;
-            int minor;
-            struct phr_header h[HEADERS_MAX];
-            int n = phr_parse_request(c->in.data, c->in.len, &m, &ml, &p, &pl, &minor, h, &nh,
-                                      c->last_len);
-            if (n == -2) {
-                if (c->in.len >= HEAD_MAX) {
-                    error_close(c, 431, "request_too_large",
-                                "the request head is over %d bytes", HEAD_MAX);
-                    return;
-                }
-                c->last_len = c->in.len;
-                return;
-            }
-            if (n < 0) {
-                error_close(c, 400, "bad_request",
-                            "the request is not HTTP/1.x: its request line or headers do not "
-                            "parse");
-                return;
-            }
-            if (!head_parsed(c, n, m, ml, p, pl, minor, h, nh))
-                return;
-            timer_arm(c, REQ_TIMEOUT_MS); /* the body's bytes */
-        }
-        if (c->state == C_BODY) {
-            if (c->in.len - c->head_len < c->body_len)
-                return;
-            c->req.body_len = c->body_len;
-            dispatch(c, c->head_len + c->body_len);
-            continue;
-        }
-        /* C_CHUNKED: decode what arrived, compacted right behind the head */
-        size_t sz = c->in.len - c->raw_at;
-        ssize_t left = phr_decode_chunked(&c->dec, c->in.data + c->raw_at, &sz);
-        if (left == -1) {
-            error_close(c, 400, "bad_request", "the chunked request body does not parse");
-            return;
-        }
-        size_t keep = left > 0 ? (size_t)left : 0;
-        size_t to = c->head_len + c->body_len;
-        memmove(c->in.data + to, c->in.data + c->raw_at, sz + keep);
-        c->body_len += sz;
-        c->in.len = to + sz + keep;
-        c->raw_at = to + sz;
-        if (c->body_len > c->s->max_body) {
-            error_close(c, 413, "request_too_large",
-                        "the chunked request body is over the limit of %zu bytes",
-                        c->s->max_body);
-            return;
-        }
-        if (left == -2)
-            return;
-        c->req.body_len = c->body_len;
-        dispatch(c, c->head_len + c->body_len);
-    }
-}
-
 /* Reads land in the server's buffer and are copied into the connection's `in`, which then holds
  * only what is pending (an idle keep-alive connection holds a request's worth, not a read's). */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -1051,10 +594,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (c->state == C_BODY || c->state == C_CHUNKED)
-        timer_arm(c, REQ_TIMEOUT_MS);
+        td__http_timer_arm(c, REQ_TIMEOUT_MS);
     c->hold++;
     c->parsing = true;
-    process_input(c);
+    td__http_process(c);
     c->parsing = false;
     if (!c->closing && (c->out.len || c->st.pending.len))
         conn_flush(c);
@@ -1127,7 +670,7 @@ static void on_accept(uv_stream_t *listener, int status)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    timer_arm(c, REQ_TIMEOUT_MS);
+    td__http_timer_arm(c, REQ_TIMEOUT_MS);
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
         conn_close(c);
         return;
