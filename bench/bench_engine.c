@@ -5,10 +5,12 @@
  * the same run, over the measured step time.
  *
  * usage: bench_engine MODEL [--threads N] [--prompt N] [--decode N] [--batch B,B,...]
- *                     [--anon-weights 0|1] [--prefills N]
+ *                     [--anon-weights 0|1] [--prefills N] [--stored-rows 0|1]
  *
  * --prefills N runs the prefill N times (each a fresh sequence; default 1), prints each run and
  * then the median's line, for A/B comparisons that want many rounds without reloading the model.
+ * --stored-rows 1 multiplies F16 weights where they are stored instead of from the CPU
+ * backend's grouped copy (td_cpu_opts_t.stored_rows), for A/B comparisons of the two.
  * --anon-weights 1 moves the weights to anonymous memory on huge pages first
  * (td_model_weights_to_anon) and says how much of them the kernel put on huge pages. Each decode
  * and prefill line also gives the process's CPU time over the steps, which does not count the time the
@@ -145,10 +147,12 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_engine MODEL [--threads N] [--prompt N] [--decode N] "
-                        "[--batch B,B,...] [--anon-weights 0|1] [--prefills N]\n");
+                        "[--batch B,B,...] [--anon-weights 0|1] [--prefills N] "
+                        "[--stored-rows 0|1]\n");
         return 2;
     }
-    int threads = 1, prompt = 128, decode = 32, batches[8] = {1, 16}, nb = 2, anon = 0, prefills = 1;
+    int threads = 1, prompt = 128, decode = 32, batches[8] = {1, 16}, nb = 2, anon = 0,
+        prefills = 1, stored = 0;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--threads") == 0)
             threads = atoi(argv[i + 1]);
@@ -160,6 +164,8 @@ int main(int argc, char **argv)
             prefills = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--anon-weights") == 0)
             anon = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--stored-rows") == 0)
+            stored = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--batch") == 0) {
             nb = 0;
             for (char *s = argv[i + 1]; *s && nb < 8; s++) {
@@ -196,7 +202,7 @@ int main(int argc, char **argv)
                "pages\n",
                (double)total / (1 << 20), td_now_s() - t0, anon_huge_mib() - before);
     }
-    td_engine_opts_t o = {.n_threads = threads};
+    td_engine_opts_t o = {.n_threads = threads, .stored_rows = stored != 0};
     td_kv_layout_t lay;
     td_kv_pool_t pool;
     int maxb = 1;

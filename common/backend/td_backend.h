@@ -10,7 +10,8 @@
  * come from the backend's `alloc` (the engine's arena is TD_MEM_SHARED); the KV pool's memory from
  * td_backend_kv_pool_init (kind `kv_mem`). Weights (td_mat_t data, norm weights), RoPE
  * frequencies, positions and token tables are host memory: a device backend copies weights once
- * (cached by address; the model must outlive the backend) and the per-step tables on each call.
+ * (cached by address; the model must outlive the backend) and the per-step tables on each call;
+ * the CPU backend keeps its grouped copies of F16 matrices the same way (cpu/cpu_group.c).
  * Operations may run asynchronously in one queue, in call order; `sync` waits for them, after
  * which the host may touch SHARED memory they wrote. For the CPU backend every pointer is host
  * memory, operations are synchronous and sync does nothing.
@@ -49,6 +50,11 @@ struct td_backend {
     td_mem_kind_t kv_mem; /* where this backend wants the KV pool */
     int max_head;         /* widest head_dim (attn_gqa) or kv_rank (attn_mla) it accumulates */
 
+    /* Optional (NULL: nothing to do): called at the engine's creation for each weight matrix it
+     * will multiply whole, so that a backend that keeps its own form of a matrix makes it then,
+     * not in the first step (the CPU backend's grouped copies of F16 matrices, cpu_group.c). A
+     * matrix not prepared is still multiplied; one prepared is cached by address as above. */
+    void (*prepare)(td_backend_t *b, const td_mat_t *W);
     /* out[t][r] = sum_c W[r][c] * x[t][c] for t < T, r < W->rows (x rows hold W->cols values). */
     void (*matmul)(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
                    const td_mat_t *W);
@@ -134,6 +140,10 @@ typedef struct td_cpu_opts {
      * llama.cpp does (cpu_q8.c, cpu_qk.c, docs/architecture.md); for comparisons with backends
      * that keep fp32. */
     bool f32_activations;
+    /* F16 matrices multiplied where they are stored, where the default multiplies them from a
+     * copy in groups of three rows (the same bytes again, in anonymous memory) that one token's
+     * kernel streams faster (cpu_group.c); for memory that cannot hold the copy. */
+    bool stored_rows;
 } td_cpu_opts_t;
 
 /* The CPU backend with options o. NULL on OOM. */

@@ -74,6 +74,34 @@ static void rope_tables(td_engine_t *e)
     }
 }
 
+/* The backend's prepare hook for every matrix the forward passes multiply whole (td_backend.h).
+ * MLA's wkv_b, wk_b_t and wv_b are multiplied a head's rows at a time, and keep to the first
+ * use. */
+static void prepare_weights(td_engine_t *e)
+{
+    td_backend_t *B = e->be;
+    const td_model_t *m = e->m;
+    if (!B->prepare)
+        return;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const td_layer_w_t *L = &m->layers[l];
+        const td_mat_t *ms[] = {&L->wq,       &L->wk,      &L->wv,     &L->wo,     &L->wq_a,
+                                &L->wq_b,     &L->wkv_a,   &L->w_gate, &L->w_up,   &L->w_down,
+                                &L->w_router, &L->sh_gate, &L->sh_up,  &L->sh_down};
+        for (size_t i = 0; i < TD_ARRAY_LEN(ms); i++)
+            if (ms[i]->data)
+                B->prepare(B, ms[i]);
+        for (int x = 0; L->is_moe && x < m->cfg.n_routed_experts; x++) {
+            const td_mat_t *ex[] = {&L->exp_gate[x], &L->exp_up[x], &L->exp_down[x]};
+            for (size_t i = 0; i < TD_ARRAY_LEN(ex); i++)
+                if (ex[i]->data)
+                    B->prepare(B, ex[i]);
+        }
+    }
+    if (m->lm_head.data)
+        B->prepare(B, &m->lm_head);
+}
+
 int td_engine_create(const td_model_t *m, const td_engine_opts_t *opts, td_engine_t **out)
 {
     *out = NULL;
@@ -95,13 +123,15 @@ int td_engine_create(const td_model_t *m, const td_engine_opts_t *opts, td_engin
     e->inv_freq = td_calloc((size_t)c->rope_dim / 2 + 1, sizeof(float));
     e->own_be = lent == NULL;
     td_cpu_opts_t co = {.n_threads = opts && opts->n_threads > 0 ? opts->n_threads : 1,
-                        .f32_activations = opts && opts->f32_activations};
+                        .f32_activations = opts && opts->f32_activations,
+                        .stored_rows = opts && opts->stored_rows};
     e->be = lent ? lent : td_cpu_backend_create_opts(&co);
     if (!e->inv_freq || !e->be) {
         td_engine_free(e);
         return td_err_set(TD_ENOMEM, "out of memory creating the engine");
     }
     rope_tables(e);
+    prepare_weights(e);
     e->rope_mscale = arch->rope_mscale(c);
     e->attn_scale = arch->attn_scale(c);
     *out = e;

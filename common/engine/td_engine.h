@@ -18,12 +18,15 @@ typedef struct td_engine td_engine_t;
 
 typedef struct td_engine_opts {
     int n_threads;         /* CPU threads, the caller included; 0: 1 */
-    td_backend_t *backend; /* run on this backend (borrowed: it outlives the engine). A device
-                              backend caches weights and tables by host address: lend it to one
-                              engine only. NULL: a CPU backend of n_threads the engine owns */
+    td_backend_t *backend; /* run on this backend (borrowed: it outlives the engine). A backend
+                              caches weights by host address (a device backend its uploads, the
+                              CPU backend its grouped F16 copies): lend it to one engine only.
+                              NULL: a CPU backend of n_threads the engine owns */
     bool f32_activations;  /* that CPU backend's td_cpu_opts_t.f32_activations: Q8_0, Q4_0,
                               Q4_K and Q6_K weights against fp32 activations instead of 8-bit
                               ones */
+    bool stored_rows;      /* that CPU backend's td_cpu_opts_t.stored_rows: F16 matrices
+                              multiplied where they are stored, without the grouped copy */
 } td_engine_opts_t;
 
 /* Create an engine for `m` on the CPU backend, or opts->backend. Its KV pool must be in that

@@ -47,6 +47,11 @@ const td_opt_t td_wk_opts[] = {
      "cpu engine: copy the weights at start into anonymous memory on transparent huge pages, "
      "which decode streams a few percent faster than the file's page cache (BENCHMARKS.md); "
      "the copy is private to the process, not shared with others mapping the same model"},
+    {"engine.grouped_weights", TD_OPT_BOOL, O(grouped_weights), "true",
+     "cpu engine: multiply F16 weight matrices from a copy made at start with their rows in groups "
+     "of three, which one token's kernel reads as one stream (faster decode: BENCHMARKS.md); the "
+     "copy takes the F16 matrices' size again in anonymous memory (false: read them where they "
+     "are stored)"},
     {"engine.max_batch_tokens", TD_OPT_INT, O(max_batch_tokens), "2048",
      "tokens per step, decodes and prefill chunks together", 1, 1 << 20},
     {"engine.prefill_chunk", TD_OPT_INT, O(prefill_chunk), "512",

@@ -77,6 +77,7 @@ typedef struct td_wk_cfg {
     double fetch_timeout_s;  /* a fetch from another worker not answered by then is computed */
     int64_t threads;     /* compute threads; 0: every core */
     bool hugepage_weights; /* cpu engine: weights copied to anonymous huge pages at start */
+    bool grouped_weights;  /* cpu engine: F16 matrices multiplied from a grouped copy */
     int64_t max_batch_tokens;
     int64_t prefill_chunk;
     int64_t max_running;

@@ -134,7 +134,8 @@ static int load(td_worker_t *w)
     if (c->hugepage_weights && td_model_weights_to_anon(w->model))
         TD_LOG_W("engine.hugepage_weights: the weights stay in the file mapping: %s", td_err_msg());
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    td_engine_opts_t eo = {.n_threads = c->threads > 0 ? (int)c->threads : (int)TD_MAX(cores, 1)};
+    td_engine_opts_t eo = {.n_threads = c->threads > 0 ? (int)c->threads : (int)TD_MAX(cores, 1),
+                           .stored_rows = !c->grouped_weights};
     return td_engine_create(w->model, &eo, &w->engine);
 }
 

@@ -26,6 +26,7 @@ typedef struct cpu {
     /* [xp_floats], 64-byte aligned: the AVX-512 tiles' copy of a block of tokens (mm_pack) */
     float *xp;
     size_t xp_floats;
+    td_cpu_groups_t *groups; /* F16 matrices' grouped copies (cpu_group.c); NULL: not made */
 } cpu_t;
 
 /* 8-float vectors pass between inlined helpers only; the ABI note does not apply. */
@@ -133,7 +134,16 @@ typedef struct mm_job {
     int T;
     const td_mat_t *W;
     const float *xp; /* the tokens packed in groups of TD_CPU_PAIR_TOKENS (AVX-512), or NULL */
+    const uint8_t *grouped; /* W's grouped copy (cpu_group.c), or NULL: W's stored rows */
 } mm_job_t;
+
+/* Columns [c0, c0 + n) of row r of the job's W as fp32, from its grouped copy where it has one. */
+static inline const float *row_chunk(const mm_job_t *j, int64_t r, int64_t c0, int64_t n,
+                                     float *buf)
+{
+    return j->grouped ? td__cpu_row_chunk_grouped(j->grouped, j->W, r, c0, n, buf)
+                      : td__cpu_row_chunk(j->W, r, c0, n, buf);
+}
 
 /* Add o to out[t][r], or store it for the first column chunk. */
 static inline void put(const mm_job_t *j, int64_t t, int64_t r, int64_t c0, float o)
@@ -155,6 +165,10 @@ static void mm_rows_fma(const mm_job_t *j, int64_t r0, int64_t r1, float *buf)
     const bool fused = td__cpu_fused(W->dtype);
     for (int64_t c0 = 0; c0 < W->cols; c0 += chunk) {
         const int64_t n = TD_MIN(chunk, W->cols - c0);
+        if (j->T == 1 && j->grouped) {
+            td__cpu_dot_rows_grouped(j->grouped, W, r0, r1, c0, n, j->x + c0, j->out + r0, c0 > 0);
+            continue;
+        }
         if (j->T == 1 && td__cpu_dot_rows(W, r0, r1, c0, n, j->x + c0, j->out + r0, c0 > 0))
             continue;
         if (j->xp) { /* AVX-512: four rows against groups of up to 12 tokens in pairs */
@@ -164,7 +178,7 @@ static void mm_rows_fma(const mm_job_t *j, int64_t r0, int64_t r1, float *buf)
                 const float *w[4];
                 float o[4][TD_CPU_PAIR_TOKENS];
                 for (int i = 0; i < R; i++)
-                    w[i] = td__cpu_row_chunk(W, r + i, c0, n, buf + i * chunk);
+                    w[i] = row_chunk(j, r + i, c0, n, buf + i * chunk);
                 for (int64_t t = 0, g = 0; t < j->T; t += TD_CPU_PAIR_TOKENS, g++) {
                     const int nt = (int)TD_MIN(TD_CPU_PAIR_TOKENS, j->T - t);
                     const float *xp = j->xp + g * gstride + c0 / 8 * ((nt + 1) / 2) * 16;
@@ -182,7 +196,7 @@ static void mm_rows_fma(const mm_job_t *j, int64_t r0, int64_t r1, float *buf)
             float o[4][4];
             const float *w[4];
             for (int i = 0; i < R; i++)
-                w[i] = td__cpu_row_chunk(W, r + i, c0, n, buf + i * chunk);
+                w[i] = row_chunk(j, r + i, c0, n, buf + i * chunk);
             for (; t + 4 <= j->T; t += 4) {
                 td__cpu_tile(fused, R, 4, w, j->x + (size_t)t * ld + c0, ld, n, o);
                 for (int i = 0; i < R; i++)
@@ -218,8 +232,8 @@ static void mm_rows(void *arg, int64_t r0, int64_t r1, int tid)
         bool pair = step == 2 && r + 1 < r1;
         for (int64_t c0 = 0; c0 < W->cols; c0 += chunk) {
             int64_t n = TD_MIN(chunk, W->cols - c0), t = 0;
-            const float *w0 = td__cpu_row_chunk(W, r, c0, n, buf);
-            const float *w1 = pair ? td__cpu_row_chunk(W, r + 1, c0, n, buf + chunk) : NULL;
+            const float *w0 = row_chunk(j, r, c0, n, buf);
+            const float *w1 = pair ? row_chunk(j, r + 1, c0, n, buf + chunk) : NULL;
             for (; t + 4 <= j->T; t += 4) {
                 const float *x = j->x + (size_t)t * ld + c0;
                 float o[2][4];
@@ -375,6 +389,14 @@ static void mm_pack(void *arg, int64_t g0, int64_t g1, int tid)
  * 128 tokens packed at once (1.2 MB), 140-150 with 512 KB or 1 MB blocks; F16 129 against 150. */
 #define XP_BYTES (512 << 10)
 
+/* F16 matrices get their grouped copy here, at the engine's creation, rather than in the first
+ * step that multiplies them. */
+static void cpu_prepare(td_backend_t *b, const td_mat_t *W)
+{
+    cpu_t *c = b->impl;
+    td__cpu_groups_get(c->groups, W);
+}
+
 static void cpu_matmul(td_backend_t *b, float *out, int out_ld, const float *x, int x_ld, int T,
                        const td_mat_t *W)
 {
@@ -395,6 +417,7 @@ static void cpu_matmul(td_backend_t *b, float *out, int out_ld, const float *x, 
      * its share to the others; under four, one range per thread (one token's kernel streams its
      * rows) */
     const int64_t gr = T >= 4 ? grain(c, W->rows, 8, 12, 12) : 0;
+    const uint8_t *grouped = td__cpu_groups_get(c->groups, W);
 #ifdef TD_CPU_FMA_KERNELS
     if (T >= 4 && W->cols >= 8 && td__cpu_isa() >= TD_CPU_ISA_AVX512) {
         /* blocks of tokens, each packed once into pairs for the tiles (XP_BYTES at most) */
@@ -413,7 +436,8 @@ static void cpu_matmul(td_backend_t *b, float *out, int out_ld, const float *x, 
         if (c->xp) {
             for (int64_t t0 = 0; t0 < T; t0 += blk) {
                 const int Tb = (int)TD_MIN(blk, T - t0);
-                mm_job_t j = {c, out + t0 * out_ld, out_ld, x + t0 * x_ld, x_ld, Tb, W, c->xp};
+                mm_job_t j = {
+                    c, out + t0 * out_ld, out_ld, x + t0 * x_ld, x_ld, Tb, W, c->xp, grouped};
                 td_cpu_pool_run(Tb > TD_CPU_PAIR_TOKENS ? pool : NULL,
                                 (Tb + TD_CPU_PAIR_TOKENS - 1) / TD_CPU_PAIR_TOKENS, 1, mm_pack, &j);
                 td_cpu_pool_run(pool, W->rows, gr, mm_rows, &j);
@@ -422,7 +446,7 @@ static void cpu_matmul(td_backend_t *b, float *out, int out_ld, const float *x, 
         }
     }
 #endif
-    mm_job_t j = {c, out, out_ld, x, x_ld, T, W, NULL};
+    mm_job_t j = {c, out, out_ld, x, x_ld, T, W, NULL, grouped};
     td_cpu_pool_run(pool, W->rows, gr, mm_rows, &j);
 }
 
@@ -825,6 +849,7 @@ static void cpu_destroy(td_backend_t *b)
         free(c->scratch);
         free(c->xq);
         free(c->xp);
+        td__cpu_groups_free(c->groups);
         free(c);
     }
     free(b);
@@ -849,6 +874,7 @@ td_backend_t *td_cpu_backend_create_opts(const td_cpu_opts_t *o)
     b->impl = c;
     b->name = "cpu";
     b->destroy = cpu_destroy;
+    b->prepare = cpu_prepare;
     b->matmul = cpu_matmul;
     b->matmul_t = cpu_matmul_t;
     b->rmsnorm = cpu_rmsnorm;
@@ -861,6 +887,8 @@ td_backend_t *td_cpu_backend_create_opts(const td_cpu_opts_t *o)
     td__cpu_mem_hooks(b);
     c->n_threads = n_threads;
     c->f32_act = o->f32_activations;
+    if (!o->stored_rows && !(c->groups = td__cpu_groups_new()))
+        goto err;
     if (!(c->xq = malloc(XQ_BYTES)))
         goto err;
     c->scratch = td_calloc((size_t)n_threads, sizeof(float *));

@@ -80,19 +80,21 @@ TD_CPU_KERNEL static void bf16_row(const uint8_t *src, int64_t n, float *out)
     }
 }
 
-TD_CPU_KERNEL static void f16_row_generic(const uint8_t *src, int64_t n, float *out)
+/* n values: those at [8k, 8k + 8) from src + k * step (16: stored contiguously), the rest (n not
+ * a multiple of 8, step 16 only) after them. */
+TD_CPU_KERNEL static void f16_row_generic(const uint8_t *src, int64_t step, int64_t n, float *out)
 {
     int64_t i = 0;
 #ifndef TD_HALF_SOFT
     for (; i + 8 <= n; i += 8) {
         v8hf h;
-        memcpy(&h, src + 2 * i, sizeof(h));
+        memcpy(&h, src + i / 8 * step, sizeof(h));
         v8f f = __builtin_convertvector(h, v8f);
         memcpy(out + i, &f, sizeof(f));
     }
 #endif
     for (; i < n; i++)
-        out[i] = f16_at(src + 2 * i);
+        out[i] = f16_at(src + i / 8 * step + 2 * (i % 8));
 }
 
 TD_CPU_KERNEL TD_CPU_VECTORIZE static void q8_0_row(const uint8_t *src, int64_t n, float *out)
@@ -107,30 +109,31 @@ TD_CPU_KERNEL TD_CPU_VECTORIZE static void q8_0_row(const uint8_t *src, int64_t 
 }
 
 #ifdef TD_CPU_F16C
-__attribute__((target("avx,f16c"))) static void f16_row_f16c(const uint8_t *src, int64_t n,
-                                                              float *out)
+__attribute__((target("avx,f16c"))) static void f16_row_f16c(const uint8_t *src, int64_t step,
+                                                             int64_t n, float *out)
 {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * i))));
+        _mm256_storeu_ps(out + i,
+                         _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i / 8 * step))));
     for (; i < n; i++) {
         uint16_t h;
-        memcpy(&h, src + 2 * i, 2);
+        memcpy(&h, src + i / 8 * step + 2 * (i % 8), 2);
         out[i] = _cvtsh_ss(h);
     }
 }
 #endif
 
 /* GCC turns the generic vector conversion into one scalar conversion per value; F16C does 8. */
-static void f16_row(const uint8_t *src, int64_t n, float *out)
+static void f16_row(const uint8_t *src, int64_t step, int64_t n, float *out)
 {
 #ifdef TD_CPU_F16C
     if (__builtin_cpu_supports("f16c")) {
-        f16_row_f16c(src, n, out);
+        f16_row_f16c(src, step, n, out);
         return;
     }
 #endif
-    f16_row_generic(src, n, out);
+    f16_row_generic(src, step, n, out);
 }
 
 TD_CPU_KERNEL TD_CPU_VECTORIZE static void q4_0_row(const uint8_t *src, int64_t n, float *out)
@@ -205,7 +208,7 @@ const float *td__cpu_row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t
         bf16_row(at, n, buf);
         return buf;
     case TD_DTYPE_F16:
-        f16_row(at, n, buf);
+        f16_row(at, 16, n, buf);
         return buf;
     case TD_DTYPE_Q8_0:
         q8_0_row(at, n, buf);
@@ -229,4 +232,13 @@ const float *td__cpu_row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t
         return buf;
     }
     }
+}
+
+const float *td__cpu_row_chunk_grouped(const uint8_t *copy, const td_mat_t *W, int64_t r,
+                                       int64_t c0, int64_t n, float *buf)
+{
+    int64_t step;
+    const uint8_t *at = td__cpu_group_at(copy, W, r, c0, &step);
+    f16_row(at, step, n, buf);
+    return buf;
 }

@@ -24,7 +24,9 @@
  * each weight the same fp32 value td__cpu_row_chunk would have stored (an exact conversion, or
  * d * q, or d * scale * q - min in the same order), in the same order: so without storing the row,
  * the same result as the tiles over the dequantised row. Several rows at once for F16 and Q8_0:
- * one row's chain of dependent additions would leave the FMA units idle while it waits. */
+ * one row's chain of dependent additions would leave the FMA units idle while it waits. F16 rows
+ * are read from the backend's grouped copy (cpu_group.c) where it made one, the three rows of a
+ * group one sequential stream. */
 #include "cpu_impl.h"
 #include "td_error.h"
 #include "td_log.h"
@@ -336,20 +338,24 @@ K static void f32_row(const uint8_t *w, const float *x, int64_t n, float *out)
     *out = lanes(acc);
 }
 
-KI void f16_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_t n, float *out,
-                 const char *pf)
+/* R F16 rows: row r's columns [i, i + 8) at w[r] + i / 8 * step. Stored rows (step 16) with
+ * prefetch_next; grouped ones (cpu_group.c: one sequential stream, the hardware prefetcher's
+ * best case) with none, pf NULL: measured, any software prefetch slowed them. */
+KI void f16_rows(bool F, int R, const uint8_t *const *w, int64_t step, const float *x, int64_t n,
+                 float *out, const char *pf)
 {
     __m256 acc[4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
         acc[r] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 8) {
+    for (int64_t i = 0, k = 0; i < n; i += 8, k += step) {
         __m256 xv = _mm256_loadu_ps(x + i);
-        prefetch_next(R, 16, pf, i / 8, (size_t)R * 2 * n); /* one group further */
+        if (pf)
+            prefetch_next(R, 16, pf, i / 8, (size_t)R * 2 * n); /* one group further */
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-            acc[r] = MAC(F, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[r] + 2 * i))), xv,
-                         acc[r]);
+            acc[r] =
+                MAC(F, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w[r] + k))), xv, acc[r]);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -395,10 +401,26 @@ KI void q8_0_rows(bool F, int R, const uint8_t *const *w, const float *x, int64_
         kind##_rows(F, R, w, x, n, out, pf);                                                       \
     }
 #define ROWS4(kind, F) ROWS(kind, F, 1) ROWS(kind, F, 2) ROWS(kind, F, 3) ROWS(kind, F, 4)
-ROWS4(f16, 0)
-ROWS4(f16, 1)
+#define F16ROWS(F, R)                                                                              \
+    K static void f16##F##_##R(const uint8_t *const *w, const float *x, int64_t n, float *out,     \
+                               const char *pf)                                                     \
+    {                                                                                              \
+        f16_rows(F, R, w, 16, x, n, out, pf);                                                      \
+    }
+#define F16GROUPED(F, R)                                                                           \
+    K static void f16g##F##_##R(const uint8_t *const *w, int64_t step, const float *x, int64_t n,  \
+                                float *out)                                                        \
+    {                                                                                              \
+        f16_rows(F, R, w, step, x, n, out, NULL);                                                  \
+    }
+/* clang-format off */
+F16ROWS(0, 1) F16ROWS(0, 2) F16ROWS(0, 3) F16ROWS(0, 4)
+F16ROWS(1, 1) F16ROWS(1, 2) F16ROWS(1, 3) F16ROWS(1, 4)
+F16GROUPED(0, 1) F16GROUPED(0, 2) F16GROUPED(0, 3)
+F16GROUPED(1, 1) F16GROUPED(1, 2) F16GROUPED(1, 3)
 ROWS4(q8_0, 0)
 ROWS4(q8_0, 1)
+/* clang-format on */
 
 K static float dot_q4_0(const uint8_t *w, const float *x, int64_t n)
 {
@@ -535,6 +557,30 @@ bool td__cpu_dot_rows(const td_mat_t *W, int64_t r0, int64_t r1, int64_t c0, int
             dst[i] = add ? dst[i] + o[i] : o[i];
     }
     return true;
+}
+
+void td__cpu_dot_rows_grouped(const uint8_t *copy, const td_mat_t *W, int64_t r0, int64_t r1,
+                              int64_t c0, int64_t n, const float *x, float *out, bool add)
+{
+    typedef void (*fn)(const uint8_t *const *, int64_t, const float *, int64_t, float *);
+    static const fn g[2][3] = {{f16g0_1, f16g0_2, f16g0_3}, {f16g1_1, f16g1_2, f16g1_3}};
+    const bool F = td__cpu_fused(TD_DTYPE_F16);
+    TD_ASSERT(W->dtype == TD_DTYPE_F16 && c0 % 32 == 0 && n % 32 == 0);
+    for (int64_t r = r0; r < r1;) {
+        /* the rows of r's group from r on, at most to r1: one step apart in the copy */
+        int64_t step;
+        const uint8_t *at = td__cpu_group_at(copy, W, r, c0, &step);
+        const int R = (int)TD_MIN(step / 16 - r % TD_CPU_GROUP, r1 - r);
+        const uint8_t *rows[TD_CPU_GROUP];
+        float o[TD_CPU_GROUP];
+        for (int i = 0; i < R; i++)
+            rows[i] = at + 16 * i;
+        g[F][R - 1](rows, step, x, n, o);
+        float *dst = out + (r - r0);
+        for (int i = 0; i < R; i++)
+            dst[i] = add ? dst[i] + o[i] : o[i];
+        r += R;
+    }
 }
 
 #else /* no x86-64-v3 kernels in this build */

@@ -49,6 +49,24 @@ void td__cpu_mem_hooks(struct td_backend *b);
 /* Columns [c0, c0 + n) of row r of W as fp32 (cpu_dequant.c): a pointer into W's data for F32,
  * else buf[n] filled. c0 and n keep every block whole (multiples of 256 but for the row's end). */
 const float *td__cpu_row_chunk(const td_mat_t *W, int64_t r, int64_t c0, int64_t n, float *buf);
+/* F16 matrices copied in groups of TD_CPU_GROUP rows (cpu_group.c, which describes the layout),
+ * what the backend multiplies them from. td__cpu_groupable: whether W gets a copy (F16, columns
+ * a multiple of 32). td__cpu_groups_get: W's copy, made on first use; NULL where W gets none or
+ * there was no memory (then W's stored rows serve). td__cpu_group_at: where row r's columns
+ * [c, c + 8) are in the copy (c a multiple of 8), and in *step the bytes from there to the next
+ * 8 columns of the row. */
+enum { TD_CPU_GROUP = 3 };
+typedef struct td_cpu_groups td_cpu_groups_t;
+td_cpu_groups_t *td__cpu_groups_new(void);
+void td__cpu_groups_free(td_cpu_groups_t *gs);
+bool td__cpu_groupable(const td_mat_t *W);
+const uint8_t *td__cpu_groups_get(td_cpu_groups_t *gs, const td_mat_t *W);
+const uint8_t *td__cpu_group_at(const uint8_t *copy, const td_mat_t *W, int64_t r, int64_t c,
+                                int64_t *step);
+/* td__cpu_row_chunk's result for an F16 W whose grouped copy is `copy`, read from the copy. */
+const float *td__cpu_row_chunk_grouped(const uint8_t *copy, const td_mat_t *W, int64_t r,
+                                       int64_t c0, int64_t n, float *buf);
+
 /* The IEEE half at p (little-endian), exactly as a float (cpu_dequant.c). */
 float td__cpu_f16(const uint8_t *p);
 
@@ -110,6 +128,10 @@ void td__cpu_tile_pairs(bool fused, int R, const float *const *w, const float *x
  * td__cpu_row_chunk stores. False (nothing done) for other types or a partial block. */
 bool td__cpu_dot_rows(const td_mat_t *W, int64_t r0, int64_t r1, int64_t c0, int64_t n,
                       const float *x, float *out, bool add);
+/* The same for an F16 W read from its grouped copy (td__cpu_groups_get): bitwise the same
+ * outputs. c0 and n multiples of 32. */
+void td__cpu_dot_rows_grouped(const uint8_t *copy, const td_mat_t *W, int64_t r0, int64_t r1,
+                              int64_t c0, int64_t n, const float *x, float *out, bool add);
 
 /* cpu_q8.c: Q8_0 / Q4_0 weights against activations quantised to 8 bits (llama.cpp's Q8_0). */
 /* Whether weights of type t take 8-bit activations (Q8_0, Q4_0). */

@@ -22,7 +22,10 @@
  * integer lanes of scale * u * q (four consecutive values a lane in each group of 32) and the
  * integer sum of mins (or 32 * scales) times the sums of 16 values, then per super-block a multiply
  * and an add per lane and for the sum, then the lanes' tree less the sum. Every level, 1 and 2
- * threads, token counts 1 to 33. */
+ * threads, token counts 1 to 33.
+ *
+ * test_grouped: F16 matrices' grouped copy (common/backend/cpu/cpu_group.c): its layout,
+ * and products from it bitwise those from the stored rows at every level. */
 #include "../../../common/backend/cpu/cpu_impl.h"
 #include "half_fixture.h"
 #include "td_backend.h"
@@ -461,6 +464,142 @@ START_TEST(test_isa_equiv)
 }
 END_TEST
 
+/* F16 matrices in groups of rows (common/backend/cpu/cpu_group.c). The copy's layout,
+ * byte by byte against the stored rows, for row counts that leave every remainder of a group;
+ * then the products the backend computes from the copy bitwise equal those from the stored rows
+ * (a backend with td_cpu_opts_t.stored_rows), at every level this CPU has, 1 and 2 threads, token
+ * counts that take the one-token kernels and the tiles, columns past one chunk, and a view whose
+ * first row is not a group's; then that the copy is what is read: with the stored values changed
+ * after the first product, the default backend still gives the first result and the stored-rows
+ * one a new one. */
+START_TEST(test_grouped)
+{
+    td_rng_seed(&rng, 31);
+    const td_dtype_t dts[] = {TD_DTYPE_F16};
+    /* the layout */
+    const int64_t lay_rows[] = {1, 2, 3, 4, 5, 7, 67}, lay_cols[] = {32, 96, 16896};
+    for (size_t di = 0; di < TD_ARRAY_LEN(dts); di++) {
+        const int64_t es = 2; /* bytes per value */
+        for (size_t ri = 0; ri < TD_ARRAY_LEN(lay_rows); ri++) {
+            for (size_t ci = 0; ci < TD_ARRAY_LEN(lay_cols); ci++) {
+                const int64_t rows = lay_rows[ri], cols = lay_cols[ci];
+                td_cpu_groups_t *gs = td__cpu_groups_new();
+                ck_assert_ptr_nonnull(gs);
+                td_mat_t W = rand_fmat(dts[di], rows, cols);
+                ck_assert(td__cpu_groupable(&W));
+                const uint8_t *copy = td__cpu_groups_get(gs, &W);
+                ck_assert_ptr_nonnull(copy);
+                ck_assert_ptr_eq(td__cpu_groups_get(gs, &W), copy); /* found again */
+                td_mat_t v = W; /* the same address, fewer rows: another matrix */
+                v.rows = rows > 1 ? rows - 1 : 1;
+                if (v.rows != rows)
+                    ck_assert_ptr_ne(td__cpu_groups_get(gs, &v), copy);
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t c = 0; c < cols; c += 8) {
+                        int64_t step;
+                        const uint8_t *at = td__cpu_group_at(copy, &W, r, c, &step);
+                        const int64_t g0 = r / TD_CPU_GROUP * TD_CPU_GROUP;
+                        ck_assert_int_eq(step, 8 * es * TD_MIN(TD_CPU_GROUP, rows - g0));
+                        ck_assert_msg(at >= copy && at + 8 * es <= copy + rows * cols * es &&
+                                          memcmp(at, (const uint8_t *)W.data + (r * cols + c) * es,
+                                                 (size_t)(8 * es)) == 0,
+                                      "%s %lldx%lld row %lld column %lld", td_dtype_name(W.dtype),
+                                      (long long)rows, (long long)cols, (long long)r, (long long)c);
+                    }
+                td__cpu_groups_free(gs);
+                free((void *)W.data);
+            }
+        }
+    }
+    {
+        td_mat_t b = {.dtype = TD_DTYPE_BF16, .rows = 4, .cols = 64},
+                 odd = {.dtype = TD_DTYPE_F16, .rows = 4, .cols = 40},
+                 f32 = {.dtype = TD_DTYPE_F32, .rows = 4, .cols = 64},
+                 q = {.dtype = TD_DTYPE_Q8_0, .rows = 4, .cols = 64};
+        ck_assert(!td__cpu_groupable(&b) && !td__cpu_groupable(&odd) && !td__cpu_groupable(&f32) &&
+                  !td__cpu_groupable(&q));
+    }
+
+    /* the products */
+    const struct {
+        int64_t rows, cols;
+    } shapes[] = {{7, 16896}, {67, 256}, {1, 32}, {2, 64}, {3, 96}, {5, 768}};
+    const int Ts[] = {1, 2, 3, 4, 5, 13};
+    const int top = td__cpu_isa();
+    int compared = 0;
+    for (int threads = 1; threads <= 2; threads++) {
+        for (size_t di = 0; di < TD_ARRAY_LEN(dts); di++) {
+            td_cpu_opts_t og = {.n_threads = threads},
+                          os = {.n_threads = threads, .stored_rows = true};
+            td_backend_t *bg = td_cpu_backend_create_opts(&og),
+                         *bs = td_cpu_backend_create_opts(&os);
+            ck_assert(bg && bs);
+            void *keep[TD_ARRAY_LEN(shapes)];
+            for (size_t si = 0; si < TD_ARRAY_LEN(shapes); si++) {
+                td_mat_t W = rand_fmat(dts[di], shapes[si].rows, shapes[si].cols);
+                keep[si] = (void *)W.data;
+                td_mat_t view = W; /* rows 1.. of it (1 is not a group's first row) */
+                if (W.rows > 2) {
+                    view.rows = W.rows - 2;
+                    view.data = (const uint8_t *)W.data + td_dtype_row_bytes(W.dtype, W.cols);
+                }
+                for (int isa = TD_CPU_ISA_GENERIC; isa <= top; isa++) {
+                    td__cpu_isa_cap(isa);
+                    for (int m = 0; m < 2; m++) {
+                        const td_mat_t *M = m ? &view : &W;
+                        for (size_t ti = 0; ti < TD_ARRAY_LEN(Ts); ti++) {
+                            const int T = Ts[ti], x_ld = (int)M->cols + 3,
+                                      out_ld = (int)M->rows + 2;
+                            float *x = rand_vec((size_t)T * x_ld, 1),
+                                  *yg = calloc((size_t)T * out_ld, sizeof(float)),
+                                  *ys = calloc((size_t)T * out_ld, sizeof(float));
+                            ck_assert(yg && ys);
+                            bg->matmul(bg, yg, out_ld, x, x_ld, T, M);
+                            bs->matmul(bs, ys, out_ld, x, x_ld, T, M);
+                            for (int t = 0; t < T; t++)
+                                for (int64_t r = 0; r < M->rows; r++) {
+                                    const float a = yg[(size_t)t * out_ld + r],
+                                                b = ys[(size_t)t * out_ld + r];
+                                    ck_assert_msg(memcmp(&a, &b, 4) == 0,
+                                                  "%s %lldx%lld%s level %d threads %d T %d token "
+                                                  "%d row %lld: grouped %a, stored %a",
+                                                  td_dtype_name(W.dtype), (long long)W.rows,
+                                                  (long long)W.cols, m ? " (view)" : "", isa,
+                                                  threads, T, t, (long long)r, a, b);
+                                    compared++;
+                                }
+                            free(x), free(yg), free(ys);
+                        }
+                    }
+                }
+                td__cpu_isa_cap(TD_CPU_ISA_AVX512);
+            }
+            /* the copy is read: change the stored values after a product */
+            td_mat_t W = {.dtype = dts[di], .rows = 5, .cols = 768, .data = keep[5]};
+            const size_t es = 2;
+            float *x = rand_vec(768, 1), before[5], g2[5], s2[5];
+            bg->matmul(bg, before, 5, x, 768, 1, &W);
+            for (size_t i = 0; i < 5 * 768; i++) /* every sign flipped (the high byte's top bit) */
+                ((uint8_t *)keep[5])[(i + 1) * es - 1] ^= 0x80;
+            bg->matmul(bg, g2, 5, x, 768, 1, &W);
+            bs->matmul(bs, s2, 5, x, 768, 1, &W);
+            for (int r = 0; r < 5; r++) {
+                ck_assert_msg(memcmp(&g2[r], &before[r], 4) == 0, "row %d: %a, first %a", r, g2[r],
+                              before[r]);
+                ck_assert_msg(s2[r] == -before[r], "row %d: stored rows %a, first %a", r, s2[r],
+                              before[r]);
+            }
+            free(x);
+            bg->destroy(bg);
+            bs->destroy(bs);
+            for (size_t si = 0; si < TD_ARRAY_LEN(shapes); si++)
+                free(keep[si]);
+        }
+    }
+    ck_assert_int_gt(compared, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cpu_kernels");
@@ -469,6 +608,7 @@ int main(void)
     tcase_add_test(tc, test_isa_equiv);
     tcase_add_test(tc, test_q8_numerics);
     tcase_add_test(tc, test_qk_numerics);
+    tcase_add_test(tc, test_grouped);
     suite_add_tcase(s, tc);
     return td_check_run(s);
 }
