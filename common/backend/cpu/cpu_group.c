@@ -14,8 +14,9 @@
  * columns k in order, those 8 halves of each of its rows in row order: row r's columns
  * [8k, 8k + 8) are at group + (k * gr + r % TD_CPU_GROUP) * 16. The same bytes, the same size.
  *
- * The copies are made the first time a matrix is multiplied and found again by its address (as
- * the CUDA backend's weight cache does; the model outlives the backend): the weights are not
+ * The copies are made when the engine is created (the backend's prepare hook, for every matrix it
+ * multiplies whole), else the first time a matrix is multiplied, and found again by its address
+ * (as the CUDA backend's weight cache does; the model outlives the backend): the weights are not
  * read where they are stored again, so a file mapping's pages are left to the page cache, which
  * may reclaim them. The backend's operations come from one thread at a time (td_cpu_pool_run is
  * not reentrant), so the table needs no lock. */
