@@ -20,31 +20,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double pass(td_backend_t *b, const td_model_t *m, const float *x, float *out, int T)
+/* The matrices of a pass, in order: each layer's, then the output layer's. *n of them. */
+static const td_mat_t **pass_mats(const td_model_t *m, size_t *n)
 {
-    double t0 = td_now_s();
-    for (int l = 0; l < m->cfg.n_layers; l++) {
+    const td_mat_t **v = calloc((size_t)m->cfg.n_layers * 7 + 1, sizeof(*v));
+    *n = 0;
+    for (int l = 0; v && l < m->cfg.n_layers; l++) {
         const td_layer_w_t *L = &m->layers[l];
         const td_mat_t *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < TD_ARRAY_LEN(ms); i++)
             if (ms[i]->data)
-                b->matmul(b, out, (int)ms[i]->rows, x, (int)ms[i]->cols, T, ms[i]);
+                v[(*n)++] = ms[i];
     }
-    b->matmul(b, out, (int)m->lm_head.rows, x, (int)m->lm_head.cols, T, &m->lm_head);
-    return td_now_s() - t0;
+    if (v)
+        v[(*n)++] = &m->lm_head;
+    return v;
 }
 
-static size_t pass_bytes(const td_model_t *m)
+static double pass(td_backend_t *b, const td_mat_t *const *ms, size_t n, const float *x,
+                   float *out, int T)
 {
-    size_t n = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const td_layer_w_t *L = &m->layers[l];
-        const td_mat_t *ms[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < TD_ARRAY_LEN(ms); i++)
-            if (ms[i]->data)
-                n += td_dtype_row_bytes(ms[i]->dtype, ms[i]->cols) * (size_t)ms[i]->rows;
-    }
-    return n + td_dtype_row_bytes(m->lm_head.dtype, m->lm_head.cols) * (size_t)m->lm_head.rows;
+    double t0 = td_now_s();
+    for (size_t i = 0; i < n; i++)
+        b->matmul(b, out, (int)ms[i]->rows, x, (int)ms[i]->cols, T, ms[i]);
+    return td_now_s() - t0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -89,43 +88,48 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_grouped: %s\n", td_err_msg());
         return 1;
     }
-    int64_t widest = m->lm_head.rows;
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        widest = TD_MAX(widest, TD_MAX(m->layers[l].w_gate.rows, m->layers[l].w_gate.cols));
+    size_t nm;
+    const td_mat_t **mats = pass_mats(m, &nm);
+    int64_t widest = 0; /* the x and out buffers serve every matrix */
+    size_t bytes = 0;
+    for (size_t i = 0; mats && i < nm; i++) {
+        widest = TD_MAX(widest, TD_MAX(mats[i]->rows, mats[i]->cols));
+        bytes += td_dtype_row_bytes(mats[i]->dtype, mats[i]->cols) * (size_t)mats[i]->rows;
+    }
     td_cpu_opts_t os = {.n_threads = threads, .stored_rows = true}, og = {.n_threads = threads};
     td_backend_t *bs = td_cpu_backend_create_opts(&os), *bg = td_cpu_backend_create_opts(&og);
     float *x = calloc((size_t)T * (size_t)widest, sizeof(float)),
           *out = calloc((size_t)T * (size_t)widest, sizeof(float));
     double *ts = calloc((size_t)passes, sizeof(double)), *tg = calloc((size_t)passes, sizeof(double));
-    if (!bs || !bg || !x || !out || !ts || !tg) {
+    if (!mats || !bs || !bg || !x || !out || !ts || !tg) {
         fprintf(stderr, "bench_grouped: out of memory\n");
         return 1;
     }
     for (size_t i = 0; i < (size_t)T * (size_t)widest; i++)
         x[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
     /* the first pass of each makes the copies and faults the pages in */
-    pass(bs, m, x, out, T);
-    pass(bg, m, x, out, T);
+    pass(bs, mats, nm, x, out, T);
+    pass(bg, mats, nm, x, out, T);
     int faster = 0;
     for (int p = 0; p < passes; p++) {
         if (p % 2) {
-            ts[p] = pass(bs, m, x, out, T);
-            tg[p] = pass(bg, m, x, out, T);
+            ts[p] = pass(bs, mats, nm, x, out, T);
+            tg[p] = pass(bg, mats, nm, x, out, T);
         } else {
-            tg[p] = pass(bg, m, x, out, T);
-            ts[p] = pass(bs, m, x, out, T);
+            tg[p] = pass(bg, mats, nm, x, out, T);
+            ts[p] = pass(bs, mats, nm, x, out, T);
         }
         faster += tg[p] < ts[p];
     }
     qsort(ts, (size_t)passes, sizeof(double), cmp_double);
     qsort(tg, (size_t)passes, sizeof(double), cmp_double);
-    const double ms = ts[passes / 2], mg = tg[passes / 2], gb = (double)pass_bytes(m) / 1e9;
+    const double ms = ts[passes / 2], mg = tg[passes / 2], gb = (double)bytes / 1e9;
     printf("%s: %d token(s), %d thread(s), %d passes of %.1f MB%s\n", argv[1], T, threads, passes,
            gb * 1e3, anon ? ", weights on anonymous huge pages" : "");
     printf("median pass: stored rows %.3f ms (%.1f GB/s), grouped %.3f ms (%.1f GB/s): "
            "stored/grouped %.3fx; grouped faster in %d of %d passes\n",
            ms * 1e3, gb / ms, mg * 1e3, gb / mg, ms / mg, faster, passes);
-    free(x), free(out), free(ts), free(tg);
+    free(x), free(out), free(ts), free(tg), free(mats);
     bs->destroy(bs);
     bg->destroy(bg);
     td_model_free(m);

@@ -46,7 +46,8 @@ const td_opt_t td_wk_opts[] = {
     {"engine.hugepage_weights", TD_OPT_BOOL, O(hugepage_weights), "false",
      "cpu engine: copy the weights at start into anonymous memory on transparent huge pages, "
      "which decode streams a few percent faster than the file's page cache (BENCHMARKS.md); "
-     "the copy is private to the process, not shared with others mapping the same model"},
+     "the copy is private to the process, not shared with others mapping the same model; F16 "
+     "matrices are read from engine.grouped_weights' copy instead, where that is on"},
     {"engine.grouped_weights", TD_OPT_BOOL, O(grouped_weights), "true",
      "cpu engine: multiply F16 weight matrices from a copy made at start with their rows in groups "
      "of three, which one token's kernel reads as one stream (faster decode: BENCHMARKS.md); the "
