@@ -14,7 +14,7 @@
  * 3: those products summed a lane per block (each block's exact integer sum, then one
  *    multiply-add in lane b mod 8) instead of a lane per four values.
  * 4: Q4_K and Q6_K weights against activations quantised to 8 bits per 256 values (cpu_qk.c).
- * 5: attention's softmax over blocks of 8 keys with a vector exp (cpu_backend.c, fold_block). */
+ * 5: attention's softmax over blocks of 8 keys with a vector exp (cpu_attn.c, fold_block). */
 #define TD_KV_NUMERICS 5u
 
 int td_kv_layout_init(td_kv_layout_t *l, const td_model_t *m, int block_size)

@@ -1,4 +1,5 @@
-/* cpu_impl.h: what the CPU backend's files share: the thread pool and the kernel attribute. */
+/* cpu_impl.h: what the CPU backend's files share: the thread pool, the kernel attribute, the
+ * 8-float vector helpers, and each file's entry points. */
 #ifndef TD_CPU_IMPL_H
 #define TD_CPU_IMPL_H
 
@@ -6,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Hot kernels are compiled twice, for x86-64-v3 (AVX2, FMA) and the baseline, and picked at load
  * time; elsewhere they are compiled once. Not under the sanitizers: their ifunc resolvers run
@@ -41,6 +43,39 @@ int td_cpu_pool_threads(const td_cpu_pool_t *p);
  * run; grain < 1 means one chunk per thread. With one thread, a NULL pool or n <= grain, one
  * call fn(ctx, 0, n, 0) on the caller. Not reentrant: one caller at a time. */
 void td_cpu_pool_run(td_cpu_pool_t *p, int64_t n, int64_t grain, td_cpu_job_fn fn, void *ctx);
+
+/* Items per chunk of a pool job over n items: about `per` chunks per thread, a multiple of
+ * `align`, at least `min` (pool.c). */
+int64_t td_cpu_pool_grain(const td_cpu_pool_t *p, int64_t n, int per, int64_t align, int64_t min);
+
+/* 8-float vectors pass between inlined helpers only; the ABI note does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f load8(const float *p)
+{
+    v8f v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* The 8 lanes in the one fixed tree every kernel finishes with. */
+static inline float hsum8(v8f v)
+{
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+/* The CPU backend's attention (cpu_attn.c): td_backend_t's attn_gqa and attn_mla, split across
+ * pool p. */
+struct td_attn_tok;
+struct td_kv_pool;
+void td__cpu_attn_gqa(td_cpu_pool_t *p, float *out, int out_ld, const float *q, int q_ld, int T,
+                      const struct td_attn_tok *toks, const struct td_kv_pool *pool, int layer,
+                      int n_heads, int n_kv_heads, int head_dim, float scale);
+void td__cpu_attn_mla(td_cpu_pool_t *p, float *out, const float *q_lat, const float *q_pe,
+                      int q_pe_ld, int q_pe_head_ld, int T, const struct td_attn_tok *toks,
+                      const struct td_kv_pool *pool, int layer, int n_heads, int kv_rank,
+                      int rope_dim, float scale);
 
 /* Fill b's memory hooks (cpu_mem.c): host memory for every kind. */
 struct td_backend;

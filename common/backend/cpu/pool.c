@@ -126,6 +126,13 @@ int td_cpu_pool_threads(const td_cpu_pool_t *p)
     return p ? p->n : 1;
 }
 
+int64_t td_cpu_pool_grain(const td_cpu_pool_t *p, int64_t n, int per, int64_t align, int64_t min)
+{
+    int64_t g = n / ((int64_t)td_cpu_pool_threads(p) * per);
+    g = TD_MAX(g, min);
+    return (g + align - 1) / align * align;
+}
+
 void td_cpu_pool_run(td_cpu_pool_t *p, int64_t n, int64_t grain, td_cpu_job_fn fn, void *ctx)
 {
     if (n <= 0)
